@@ -1,0 +1,48 @@
+// A fixed pool of worker threads that spin-wait for work (no per-op thread creation). run() hands
+// the same task to every thread (the caller is thread 0) and returns when all have finished.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace minfer {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+    // Calls task(ith, nth) on every thread, ith in [0, nth); blocks until all calls return.
+    template <class F>
+    void run(F&& task) {
+        run_erased(&task, [](void* ctx, int ith, int nth) { (*static_cast<F*>(ctx))(ith, nth); });
+    }
+    // Splits [0, n) into contiguous chunks, one per thread: body(begin, end).
+    template <class F>
+    void parallel_for(int64_t n, F&& body) {
+        run([&](int ith, int nth) {
+            const int64_t per = (n + nth - 1) / nth;
+            const int64_t b = per * ith, e = b + per < n ? b + per : n;
+            if (b < e) body(b, e);
+        });
+    }
+
+private:
+    using TaskFn = void (*)(void*, int, int);
+    void run_erased(void* ctx, TaskFn fn);
+    void worker(int ith);
+
+    int n_threads_;
+    std::vector<std::thread> threads_;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<bool> stop_{false};
+    void* ctx_ = nullptr;
+    TaskFn fn_ = nullptr;
+};
+
+}  // namespace minfer

@@ -1,0 +1,94 @@
+// GGUF v2/v3 reader: memory-maps the file, parses metadata and the tensor table, and bounds-checks
+// every offset. Any malformed input throws minfer::Error naming the file and the problem.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+
+namespace minfer {
+
+// Metadata value types as numbered by the GGUF spec.
+enum class GgufValueType : uint32_t {
+    U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
+    STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+};
+
+struct GgufArray;
+// One metadata value. Integers of every width are widened to int64/uint64 and floats to double;
+// `type` keeps the on-disk type so writers and dumps can round-trip it.
+struct GgufValue {
+    GgufValueType type = GgufValueType::U32;
+    std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> v;
+};
+struct GgufArray {
+    GgufValueType elem_type = GgufValueType::U32;
+    std::vector<GgufValue> items;
+};
+
+struct GgufTensor {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    std::vector<int64_t> dims;  // ne[0] first (the contiguous, "in" dimension), as in GGUF
+    uint64_t offset = 0;        // relative to the data section
+    uint64_t n_bytes = 0;       // computed from dims and the type's block layout
+    const uint8_t* data = nullptr;  // points into the mapping
+    int64_t n_elements() const;
+};
+
+class GgufFile {
+public:
+    // Opens and validates `path`. Throws Error("<path>: <problem>") on any defect.
+    static std::unique_ptr<GgufFile> open(const std::string& path);
+    ~GgufFile();
+    GgufFile(const GgufFile&) = delete;
+    GgufFile& operator=(const GgufFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    uint32_t version() const { return version_; }
+    size_t file_size() const { return size_; }
+    uint64_t alignment() const { return alignment_; }
+
+    const std::map<std::string, GgufValue>& metadata() const { return kv_; }
+    const GgufValue* find(std::string_view key) const;  // nullptr when absent
+    bool has(std::string_view key) const { return find(key) != nullptr; }
+    // Typed getters: throw Error naming the key when absent or of an incompatible type.
+    std::string get_str(std::string_view key) const;
+    int64_t get_int(std::string_view key) const;  // any integer type
+    double get_float(std::string_view key) const; // F32/F64 (integers accepted)
+    bool get_bool(std::string_view key) const;
+    std::vector<std::string> get_str_array(std::string_view key) const;
+    std::vector<int64_t> get_int_array(std::string_view key) const;
+    std::vector<float> get_float_array(std::string_view key) const;
+    // Getters with defaults, for optional keys (still throw on a present key of the wrong type).
+    std::string get_str_or(std::string_view key, const std::string& dflt) const;
+    int64_t get_int_or(std::string_view key, int64_t dflt) const;
+    double get_float_or(std::string_view key, double dflt) const;
+
+    const std::vector<GgufTensor>& tensors() const { return tensors_; }
+    const GgufTensor* find_tensor(std::string_view name) const;  // nullptr when absent
+    const GgufTensor& tensor(std::string_view name) const;       // throws Error when absent
+
+    // Touches every page of the tensor data (page-in), calling progress(done_bytes, total) now and then.
+    void prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const;
+
+private:
+    GgufFile() = default;
+    std::string path_;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = 32;
+    const uint8_t* base_ = nullptr;
+    size_t size_ = 0;
+    std::map<std::string, GgufValue> kv_;
+    std::vector<GgufTensor> tensors_;
+    std::map<std::string, size_t, std::less<>> tensor_index_;
+    friend class GgufParser;
+};
+
+}  // namespace minfer
