@@ -9,19 +9,19 @@
 namespace minfer {
 
 struct SamplerParams {
-    float temp = 0.8f;           // <= 0: greedy (argmax; ties to the lowest id)
-    int32_t top_k = 40;          // <= 0: disabled
-    float top_p = 0.95f;         // >= 1: disabled
-    float min_p = 0.05f;         // <= 0: disabled; keep tokens with p >= min_p * p_max
-    float repeat_penalty = 1.0f; // 1: disabled; llama.cpp semantics (divide positive, multiply negative)
+    float temp = 0.8f;            // <= 0: greedy (argmax; ties to the lowest id)
+    int32_t top_k = 40;           // <= 0: disabled
+    float top_p = 0.95f;          // >= 1: disabled
+    float min_p = 0.05f;          // <= 0: disabled; keep tokens with p >= min_p * p_max
+    float repeat_penalty = 1.0f;  // 1: disabled; llama.cpp semantics (divide positive, multiply negative)
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
-    int32_t penalty_last_n = 64; // how many recent tokens the penalties look at
+    int32_t penalty_last_n = 64;  // how many recent tokens the penalties look at
     uint64_t seed = 0;
 };
 
 class Sampler {
-public:
+  public:
     explicit Sampler(const SamplerParams& p);
     // Picks the next token from `logits` (n_vocab floats, modified in place by penalties).
     int32_t sample(std::span<float> logits);
@@ -29,7 +29,7 @@ public:
     void accept(int32_t id);
     void reset();
 
-private:
+  private:
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<int32_t> recent_;  // last penalty_last_n accepted tokens

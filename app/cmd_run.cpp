@@ -1,0 +1,93 @@
+// minfer run: generate text from a prompt (streamed), or with --json one object for scripts.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "gguf/gguf.h"
+#include "runtime/generate.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+struct RunOptions {
+    std::string model, prompt, prompt_ids;
+    int64_t n_ctx = 0;
+    int threads = 0;
+    bool json = false;
+    GenerateParams gen;
+    GraphDumpOptions dump;
+};
+
+void print_summary(const std::string& model, double load_s, size_t n_prompt, const GenerateResult& r) {
+    std::fprintf(
+        stderr,
+        "\nmodel: %s | load %.2f s | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s\n",
+        model.c_str(), load_s, n_prompt, double(n_prompt) / std::max(r.prefill_s, 1e-9), r.ids.size(),
+        r.ids.size() > 1 ? double(r.ids.size() - 1) / std::max(r.decode_s, 1e-9) : 0.0);
+    if (r.hit_context_limit) std::fprintf(stderr, "stopped: the context is full (use -c to raise it)\n");
+}
+
+void run(const RunOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string path = o.model.empty() ? default_model_path() : o.model;
+    const auto model = Model::load(path);
+    const auto tok = Tokenizer::from_gguf(*model->file);
+    Session session(*model, {o.n_ctx, o.threads});
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    if (o.prompt.empty() == o.prompt_ids.empty())
+        throw Error("give exactly one of -p TEXT or --prompt-ids IDS");
+    const std::vector<int32_t> prompt =
+        o.prompt_ids.empty() ? tok->encode(o.prompt, true, true) : parse_ids(o.prompt_ids, "--prompt-ids");
+    if (o.dump.requested()) return dump_graph(session, session.params_for(int64_t(prompt.size()), 1), o.dump);
+
+    auto stream = [&](std::string_view text) { std::cout << text << std::flush; };
+    const GenerateResult r =
+        generate(session, *tok, prompt, o.gen, o.json ? std::function<void(std::string_view)>() : stream);
+    if (o.json) {
+        std::cout << nlohmann::json{{"prompt_ids", prompt}, {"ids", r.ids}, {"text", r.text}}.dump(
+                         -1, ' ', false, nlohmann::json::error_handler_t::replace)
+                  << "\n";
+    } else {
+        std::cout << "\n";
+        print_summary(path, load_s, prompt.size(), r);
+    }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
+    c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    c->add_option("-p,--prompt", o->prompt, "Prompt text");
+    c->add_option("--prompt-ids", o->prompt_ids,
+                  "Prompt as comma-separated token ids (used as given, no BOS)");
+    c->add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate")->check(CLI::NonNegativeNumber);
+    c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    c->add_option("--temp", o->gen.sampling.temp, "Temperature (0: greedy)");
+    c->add_option("--top-k", o->gen.sampling.top_k, "Top-k (0: off)");
+    c->add_option("--top-p", o->gen.sampling.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+    c->add_option("--min-p", o->gen.sampling.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+    c->add_option("--repeat-penalty", o->gen.sampling.repeat_penalty, "Repetition penalty (1: off)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--presence-penalty", o->gen.sampling.presence_penalty, "Presence penalty");
+    c->add_option("--frequency-penalty", o->gen.sampling.frequency_penalty, "Frequency penalty");
+    c->add_option("--seed", o->gen.sampling.seed, "Sampling seed");
+    c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
+    c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");
+    c->add_flag("--json", o->json, "Print one JSON object {prompt_ids, ids, text}");
+    o->dump.add_to(*c);
+    c->callback([o] { run(*o); });
+}
+
+}  // namespace minfer

@@ -1,0 +1,32 @@
+// Helpers shared by the minfer subcommands.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace minfer {
+
+class Session;
+struct GraphParams;
+
+// "1,2,3" -> {1, 2, 3}; throws Error on anything else.
+std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
+// The embedded default model (models/ next to the binary's source tree or install prefix).
+std::string default_model_path();
+
+// --dump-graph / --dump-graph-json: writes the graph for `p`, prints the node count. True when written.
+struct GraphDumpOptions {
+    std::string dot_path, json_path;
+    void add_to(CLI::App& app);
+    bool requested() const { return !dot_path.empty() || !json_path.empty(); }
+};
+void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
+
+void add_run_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+
+}  // namespace minfer

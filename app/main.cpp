@@ -1,0 +1,26 @@
+// minfer: command-line entry point. Every subcommand reports failures as one clear line on stderr
+// and a non-zero exit status.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "common.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"minfer: LLM inference for GGUF models (Qwen2, Qwen3, Llama)"};
+    app.require_subcommand(1);
+    minfer::add_run_command(app);
+    minfer::add_eval_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const minfer::Error& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}

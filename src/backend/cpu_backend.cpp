@@ -1,0 +1,260 @@
+#include "backend/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "gguf/gguf.h"
+#include "sched/alloc.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+template <class... F>
+struct Overload : F... {
+    using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+
+const int32_t* ids_of(const NodeBuffers& bufs, NodeId id) {
+    return reinterpret_cast<const int32_t*>(bufs.data(id));
+}
+
+void for_each_weight(const NodeMeta& meta, auto&& f) {
+    std::visit(Overload{
+                   [&](const meta::Weight& m) { f(m.weight); },
+                   [&](const meta::MatMul& m) { f(m.weight), f(m.bias); },
+                   [&](const meta::FusedQkv& m) {
+                       for (const meta::MatMul* p : {&m.q, &m.k, &m.v}) f(p->weight), f(p->bias);
+                       f(m.q_norm), f(m.k_norm);
+                   },
+                   [&](const meta::FusedFfn& m) { f(m.gate), f(m.up); },
+                   [&](const auto&) {},
+               },
+               meta);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const GgufFile& weights, int n_threads)
+    : file_(weights), pool_(std::max(1, n_threads)) {}
+
+bool CpuBackend::supports(const CNode&) const {
+    return true;
+}
+
+void CpuBackend::prepare(const ComputeGraph& g) {
+    for (const CNode& n : g.nodes)
+        for_each_weight(n.meta, [&](const WeightRef& w) {
+            if (!w.present()) return;
+            if (w.n_out == 1)
+                vec(w);
+            else
+                weight(w);
+        });
+}
+
+const CpuBackend::Weight& CpuBackend::weight(const WeightRef& w) {
+    if (auto it = weights_.find(w.name); it != weights_.end()) return it->second;
+    const GgufTensor* t = file_.find_tensor(w.name);
+    if (!t) throw Error(file_.path() + ": graph references tensor '" + w.name + "', which the file lacks");
+    const QuantTraits* q = quant_traits(t->type);
+    if (!q)
+        throw Error(file_.path() + ": tensor '" + w.name + "' has unsupported type " +
+                    ggml_type_name(t->type));
+    return weights_[w.name] = Weight{t->data, q};
+}
+
+const float* CpuBackend::vec(const WeightRef& w) {
+    const Weight& wt = weight(w);
+    if (wt.q->type == GgmlType::F32) return static_cast<const float*>(wt.data);
+    auto [it, fresh] = converted_.try_emplace(w.name);
+    if (fresh) {
+        it->second.resize(size_t(w.n_in));
+        wt.q->to_float(wt.data, it->second.data(), w.n_in);
+    }
+    return it->second.data();
+}
+
+template <class F>
+void CpuBackend::rows(int64_t nt, F&& f) {
+    if (nt == 1) return f(0);
+    pool_.parallel_for(nt, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) f(t);
+    });
+}
+
+void CpuBackend::matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y) {
+    const Weight& w = weight(m.weight);
+    const float* bias = m.bias.present() ? vec(m.bias) : nullptr;
+    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_);
+}
+
+void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {
+    const WeightRef& table = std::get<meta::Weight>(n.meta).weight;
+    const Weight& w = weight(table);
+    const int32_t* ids = ids_of(bufs, n.src[0]);
+    const size_t row_bytes = quant_row_bytes(*w.q, table.n_in);
+    float* out = bufs.data(n.id);
+    for (int64_t t = 0; t < n.shape[1]; ++t) {
+        if (ids[t] < 0 || ids[t] >= table.n_out)
+            throw Error("token id " + std::to_string(ids[t]) + " is out of range [0, " +
+                        std::to_string(table.n_out) + ")");
+        w.q->to_float(static_cast<const uint8_t*>(w.data) + size_t(ids[t]) * row_bytes, out + t * table.n_in,
+                      table.n_in);
+    }
+}
+
+void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::Attn>(n.meta);
+    const KvCache::Region& r = bufs.kv().layer(m.layer);
+    const float* q = bufs.data(n.src[0]);
+    const int64_t q_stride = g[n.src[0]].shape[0];  // Q may sit in a wider buffer
+    const int32_t* pos = ids_of(bufs, n.src[2]);
+    float* out = bufs.data(n.id);
+    const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
+    scratch_.resize(size_t(pool_.size() * r.n_ctx));
+    pool_.run([&](int ith, int nth) {
+        float* scores = scratch_.data() + ith * r.n_ctx;
+        for (int64_t it = ith; it < items; it += nth) {
+            const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
+            const float* qt = q + t * q_stride + j * group * m.hd;
+            cpu::attention(qt, r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv,
+                           out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, m.nkt,
+                           int64_t(pos[t]) + 1, m.scale, scores);
+        }
+    });
+}
+
+namespace {
+
+void kv_store_rows(KvCache::Region& r, int layer, const int32_t* pos, int64_t nt, const float* k,
+                   const float* v) {
+    for (int64_t t = 0; t < nt; ++t) {
+        if (pos[t] < 0 || pos[t] >= r.n_ctx)
+            throw Error("layer " + std::to_string(layer) + ": position " + std::to_string(pos[t]) +
+                        " is outside the context of " + std::to_string(r.n_ctx) + " tokens");
+        std::memcpy(r.k.data() + pos[t] * r.n_embd, k + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+        std::memcpy(r.v.data() + pos[t] * r.n_embd, v + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+    }
+}
+
+}  // namespace
+
+// Shared tail of the QKV fusions: per-head norms (Qwen3), RoPE on Q and K, K/V into the region.
+// q is the node's output row block [nt][n_q]; k/v are [nt][n_kv] and may be modified.
+void CpuBackend::qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t* pos, int64_t nt, float* q,
+                              float* k, const float* v, const NodeBuffers& bufs) {
+    const int64_t hd = m.rope.head_dim, n_q = m.rope.n_head * hd, n_kv = m.n_head_kv * hd;
+    const bool neox = m.style == RopeStyle::Neox;
+    for (int64_t t = 0; t < nt; ++t) {
+        float* qt = q + t * n_q;
+        float* kt = k + t * n_kv;
+        if (m.q_norm.present()) {
+            const float *wq = vec(m.q_norm), *wk = vec(m.k_norm);
+            for (int64_t h = 0; h < m.rope.n_head; ++h)
+                cpu::rms_norm(qt + h * hd, wq, qt + h * hd, hd, m.norm_eps);
+            for (int64_t h = 0; h < m.n_head_kv; ++h)
+                cpu::rms_norm(kt + h * hd, wk, kt + h * hd, hd, m.norm_eps);
+        }
+        cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
+        cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
+    }
+    kv_store_rows(bufs.kv().layer(layer), layer, pos, nt, k, v);
+}
+
+void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::FusedQkv>(n.meta);
+    const int64_t nt = n.shape[1], n_kv = m.kv.n_embd;
+    const float* x = bufs.data(n.src.front());
+    const int32_t* pos = ids_of(bufs, n.src.back());
+    std::vector<float>& kv = fused_scratch_;
+    kv.resize(size_t(2 * nt * n_kv));
+    float *k = kv.data(), *v = kv.data() + nt * n_kv, *q = bufs.data(n.id);
+    const int layer = std::visit(
+        Overload{[](const op::FusedQKV& o) { return o.layer; },
+                 [](const op::FusedQkvNorm& o) { return o.layer; },
+                 [](const op::QkvBiasRopeStore& o) { return o.layer; }, [](const auto&) { return -1; }},
+        n.op);
+    if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // projections ran as separate nodes
+        const float* srcs[3] = {bufs.data(n.src[0]), bufs.data(n.src[1]), bufs.data(n.src[2])};
+        float* dsts[3] = {q, k, v};
+        const meta::MatMul* mm[3] = {&m.q, &m.k, &m.v};
+        for (int i = 0; i < 3; ++i) {
+            const int64_t w = mm[i]->weight.n_out;
+            std::memcpy(dsts[i], srcs[i], size_t(nt * w) * sizeof(float));
+            if (!mm[i]->bias.present()) continue;
+            const float* b = vec(mm[i]->bias);
+            for (int64_t t = 0; t < nt; ++t) cpu::add(dsts[i] + t * w, b, dsts[i] + t * w, w);
+        }
+    } else {
+        matmul(m.q, x, nt, q);
+        matmul(m.k, x, nt, k);
+        matmul(m.v, x, nt, v);
+    }
+    qkv_epilogue(m, layer, pos, nt, q, k, v, bufs);
+}
+
+void CpuBackend::fused_ffn(const CNode& n, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::FusedFfn>(n.meta);
+    const int64_t nt = n.shape[1], nf = n.shape[0];
+    fused_scratch_.resize(size_t(2 * nt * nf));
+    float *gate = fused_scratch_.data(), *up = gate + nt * nf;
+    const float* x = bufs.data(n.src[0]);
+    matmul({m.gate, {}}, x, nt, gate);
+    matmul({m.up, {}}, x, nt, up);
+    cpu::swiglu(gate, up, bufs.data(n.id), nt * nf);
+}
+
+void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    float* out = bufs.data(n.id);
+    auto in = [&](size_t i) { return bufs.data(n.src[i]); };
+    const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
+    std::visit(Overload{
+                   [&](const op::GetRows&) {
+                       if (std::holds_alternative<meta::Weight>(n.meta)) return embedding(n, bufs);
+                       const int32_t* ids = ids_of(bufs, n.src[1]);
+                       for (int64_t t = 0; t < nt; ++t)
+                           std::memcpy(out + t * d, in(0) + int64_t(ids[t]) * d, size_t(d) * sizeof(float));
+                   },
+                   [&](const op::RmsNorm& o) {
+                       const float* w = vec(std::get<meta::Weight>(n.meta).weight);
+                       rows(nt, [&](int64_t t) { cpu::rms_norm(in(0) + t * d, w, out + t * d, d, o.eps); });
+                   },
+                   [&](const op::QkNorm& o) {
+                       const float* w = vec(std::get<meta::Weight>(n.meta).weight);
+                       rows(nt * o.nh, [&](int64_t r) {
+                           cpu::rms_norm(in(0) + r * o.hd, w, out + r * o.hd, o.hd, o.eps);
+                       });
+                   },
+                   [&](const op::MatMul&) { matmul(std::get<meta::MatMul>(n.meta), in(0), nt, out); },
+                   [&](const op::Rope& o) {
+                       const auto& m = std::get<meta::Rope>(n.meta);
+                       const int32_t* pos = ids_of(bufs, n.src[1]);
+                       std::memcpy(out, in(0), size_t(numel) * sizeof(float));
+                       rows(nt, [&](int64_t t) {
+                           cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base,
+                                     o.style == RopeStyle::Neox);
+                       });
+                   },
+                   [&](const op::Attn&) { attention(g, n, bufs); },
+                   [&](const op::KvcacheStore& o) {
+                       kv_store_rows(bufs.kv().layer(o.layer), o.layer, ids_of(bufs, n.src[2]),
+                                     g[n.src[0]].shape[1], in(0), in(1));
+                   },
+                   [&](const op::Add&) { cpu::add(in(0), in(1), out, numel); },
+                   [&](const op::Mul&) { cpu::mul(in(0), in(1), out, numel); },
+                   [&](const op::Silu&) { cpu::silu(in(0), out, numel); },
+                   [&](const op::SwiGLU&) { cpu::swiglu(in(0), in(1), out, numel); },
+                   [&](const op::FusedFFN&) { fused_ffn(n, bufs); }, [&](const op::Input&) {},
+                   [&](const op::KvcacheLoad&) {},
+                   [&](const auto&) { fused_qkv(n, bufs); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
+               },
+               n.op);
+}
+
+}  // namespace minfer

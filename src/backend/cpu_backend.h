@@ -1,0 +1,52 @@
+// The CPU backend: runs every op with the kernels in backend/cpu/, weights read straight from the
+// GGUF mapping (no copy), work split over a persistent thread pool.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/quants.h"
+#include "backend/cpu/threadpool.h"
+
+namespace minfer {
+
+class GgufFile;
+
+class CpuBackend final : public Backend {
+  public:
+    CpuBackend(const GgufFile& weights, int n_threads);
+    BackendKind kind() const override { return BackendKind::Cpu; }
+    bool supports(const CNode& n) const override;
+    void prepare(const ComputeGraph& g) override;
+    void compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) override;
+    int n_threads() const { return pool_.size(); }
+
+    struct Weight {
+        const void* data = nullptr;
+        const QuantTraits* q = nullptr;
+    };
+
+  private:
+    const Weight& weight(const WeightRef& w);
+    const float* vec(const WeightRef& w);  // 1-D weight as f32 (converted once if stored otherwise)
+    void matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y);
+    void embedding(const CNode& n, const NodeBuffers& bufs);
+    void attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
+    void qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t* pos, int64_t nt, float* q, float* k,
+                      const float* v, const NodeBuffers& bufs);
+    void fused_qkv(const CNode& n, const NodeBuffers& bufs);
+    void fused_ffn(const CNode& n, const NodeBuffers& bufs);
+    template <class F>
+    void rows(int64_t nt, F&& f);  // f(t) for each row, split over threads when nt > 1
+
+    const GgufFile& file_;
+    ThreadPool pool_;
+    std::unordered_map<std::string, Weight> weights_;
+    std::unordered_map<std::string, std::vector<float>> converted_;  // non-f32 1-D weights
+    std::vector<float> scratch_;                                     // per-thread attention scores
+    std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
+};
+
+}  // namespace minfer

@@ -1,0 +1,102 @@
+#include "graph/builder.h"
+
+#include "util/error.h"
+
+namespace minfer {
+
+NodeId GraphBuilder::node(std::string name, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta,
+                          DType dtype) {
+    const auto id = NodeId(g_.nodes.size());
+    for (NodeId s : src)
+        if (s < 0 || s >= id)
+            throw Error("graph builder: node '" + name + "' references unknown id " + std::to_string(s));
+    g_.nodes.push_back(
+        CNode{id, std::move(name), op, std::move(src), shape, dtype, std::nullopt, std::move(meta)});
+    return id;
+}
+
+NodeId GraphBuilder::input(const std::string& name, Shape shape, DType dtype) {
+    const NodeId id = node(name, op::Input{}, {}, shape, meta::None{}, dtype);
+    g_.inputs.push_back(id);
+    return id;
+}
+
+NodeId GraphBuilder::embedding(NodeId ids, const WeightRef& table) {
+    // The table is not a node: weights are referenced by name and resolved at execution.
+    return node("embed", op::GetRows{}, {ids}, {table.n_in, g_[ids].shape[0], 1, 1}, meta::Weight{table});
+}
+
+NodeId GraphBuilder::get_rows(NodeId x, NodeId ids) {
+    return node("get_rows", op::GetRows{}, {x, ids}, {g_[x].shape[0], g_[ids].shape[0], 1, 1});
+}
+
+NodeId GraphBuilder::rms_norm(NodeId x, const WeightRef& w, float eps) {
+    return node("norm_" + w.name, op::RmsNorm{eps}, {x}, g_[x].shape, meta::Weight{w});
+}
+
+NodeId GraphBuilder::qk_norm(NodeId x, const WeightRef& w, int64_t nh, int64_t hd, float eps) {
+    return node("qk_norm_" + w.name, op::QkNorm{hd, nh, eps}, {x}, g_[x].shape, meta::Weight{w});
+}
+
+NodeId GraphBuilder::matmul(NodeId x, const WeightRef& w, const WeightRef& bias) {
+    if (g_[x].shape[0] != w.n_in)
+        throw Error("graph builder: matmul " + w.name + " expects width " + std::to_string(w.n_in) +
+                    ", got " + std::to_string(g_[x].shape[0]));
+    return node("matmul_" + w.name, op::MatMul{}, {x}, {w.n_out, nt(x), 1, 1}, meta::MatMul{w, bias});
+}
+
+NodeId GraphBuilder::rope(NodeId x, NodeId pos, RopeStyle style, const meta::Rope& m) {
+    return node("rope", op::Rope{style}, {x, pos}, g_[x].shape, m);
+}
+
+NodeId GraphBuilder::silu(NodeId x) {
+    return node("silu", op::Silu{}, {x}, g_[x].shape);
+}
+NodeId GraphBuilder::mul(NodeId a, NodeId b) {
+    return node("mul", op::Mul{}, {a, b}, g_[a].shape);
+}
+NodeId GraphBuilder::add(NodeId a, NodeId b) {
+    return node("add", op::Add{}, {a, b}, g_[a].shape);
+}
+NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
+    return node("swiglu", op::SwiGLU{}, {gate, up}, g_[gate].shape);
+}
+
+NodeId GraphBuilder::kvcache_store(int layer, NodeId k, NodeId v, NodeId pos, int64_t n_ctx) {
+    const int64_t n_embd = g_[k].shape[0];  // the declared shape sizes the persistent region
+    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer}, {k, v, pos},
+                {n_embd, n_ctx, 1, 1}, meta::Kv{n_embd, n_ctx});
+}
+
+NodeId GraphBuilder::kvcache_load(int layer, int64_t n_kv_embd, int64_t n_ctx) {
+    return node("kv_load." + std::to_string(layer), op::KvcacheLoad{layer}, {}, {n_kv_embd, n_ctx, 1, 1},
+                meta::Kv{n_kv_embd, n_ctx});
+}
+
+NodeId GraphBuilder::attn(NodeId q, NodeId kv, NodeId pos, const meta::Attn& m) {
+    // The output width comes from the metadata, not from q: with FusedQKV, q is a wider concat buffer.
+    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal}, {q, kv, pos},
+                {m.n_head * m.hd, nt(q), 1, 1}, m);
+}
+
+NodeId GraphBuilder::fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {
+    return node("fused_qkv." + std::to_string(layer), op::FusedQKV{layer}, {x, pos},
+                {m.q.weight.n_out, nt(x), 1, 1}, m);
+}
+
+NodeId GraphBuilder::fused_qkv_norm(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {
+    return node("fused_qkv_norm." + std::to_string(layer), op::FusedQkvNorm{layer}, {x, pos},
+                {m.q.weight.n_out, nt(x), 1, 1}, m);
+}
+
+NodeId GraphBuilder::qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, NodeId pos,
+                                         const meta::FusedQkv& m) {
+    return node("qkv_bias_rope_store." + std::to_string(layer), op::QkvBiasRopeStore{layer}, {q, k, v, pos},
+                g_[q].shape, m);
+}
+
+NodeId GraphBuilder::fused_ffn(NodeId x, const meta::FusedFfn& m) {
+    return node("fused_ffn", op::FusedFFN{}, {x}, {m.gate.n_out, nt(x), 1, 1}, m);
+}
+
+}  // namespace minfer

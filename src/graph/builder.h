@@ -1,0 +1,47 @@
+// GraphBuilder: the only way to make a ComputeGraph. It is pure: it appends nodes and does integer
+// shape arithmetic, nothing else: no kernel runs, no buffer exists, no weight is read. A node can
+// only reference ids the builder already returned, so the node list is topologically sorted.
+#pragma once
+#include <string>
+
+#include "graph/graph.h"
+
+namespace minfer {
+
+class GraphBuilder {
+  public:
+    // A leaf whose data arrives from outside each step (so positions never force a rebuild).
+    NodeId input(const std::string& name, Shape shape, DType dtype);
+    void output(NodeId id) { g_.outputs.push_back(id); }
+
+    NodeId embedding(NodeId ids, const WeightRef& table);      // -> [n_embd, nt]
+    NodeId get_rows(NodeId x, NodeId ids);                     // -> [d, n_ids]
+    NodeId rms_norm(NodeId x, const WeightRef& w, float eps);  // -> shape of x
+    NodeId qk_norm(NodeId x, const WeightRef& w, int64_t nh, int64_t hd, float eps);
+    NodeId matmul(NodeId x, const WeightRef& w, const WeightRef& bias = {});  // -> [w.n_out, nt]
+    NodeId rope(NodeId x, NodeId pos, RopeStyle style, const meta::Rope& m);
+    NodeId silu(NodeId x);
+    NodeId mul(NodeId a, NodeId b);
+    NodeId add(NodeId a, NodeId b);
+    NodeId swiglu(NodeId gate, NodeId up);
+    NodeId kvcache_store(int layer, NodeId k, NodeId v, NodeId pos, int64_t n_ctx);  // -> [n_kv_embd, n_ctx]
+    NodeId kvcache_load(int layer, int64_t n_kv_embd, int64_t n_ctx);                // no sources
+    NodeId attn(NodeId q, NodeId kv, NodeId pos, const meta::Attn& m);               // -> [n_head * hd, nt]
+
+    // Decode fusions. fused_qkv: -> Q [n_head * hd, nt]; K/V go straight into the layer's region.
+    NodeId fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m);
+    NodeId fused_qkv_norm(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m);
+    NodeId qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, NodeId pos, const meta::FusedQkv& m);
+    NodeId fused_ffn(NodeId x, const meta::FusedFfn& m);  // -> [n_ff, nt], silu(gate) * up
+
+    const CNode& operator[](NodeId id) const { return g_[id]; }
+    ComputeGraph build() && { return std::move(g_); }
+
+  private:
+    NodeId node(std::string name, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta = meta::None{},
+                DType dtype = DType::F32);
+    int64_t nt(NodeId x) const { return g_[x].shape[1]; }
+    ComputeGraph g_;
+};
+
+}  // namespace minfer

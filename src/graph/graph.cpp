@@ -1,0 +1,75 @@
+#include "graph/graph.h"
+
+#include <sstream>
+
+#include "util/error.h"
+
+namespace minfer {
+
+const char* backend_name(BackendKind b) {
+    return b == BackendKind::Cpu ? "cpu" : "cuda";
+}
+
+NodeId ComputeGraph::find_input(const std::string& name) const {
+    for (NodeId id : inputs)
+        if (nodes[size_t(id)].name == name) return id;
+    return -1;
+}
+
+std::vector<std::vector<NodeId>> ComputeGraph::consumers() const {
+    std::vector<std::vector<NodeId>> out(nodes.size());
+    for (const CNode& n : nodes)
+        for (NodeId s : n.src) out[size_t(s)].push_back(n.id);
+    return out;
+}
+
+std::vector<NodeId> ComputeGraph::topo_order() const {
+    const auto n = NodeId(nodes.size());
+    std::vector<int> indegree(nodes.size(), 0);
+    for (const CNode& node : nodes) {
+        for (NodeId s : node.src) {
+            if (s < 0 || s >= n)
+                throw Error("graph: node " + std::to_string(node.id) + " (" + node.name +
+                            ") reads dangling id " + std::to_string(s));
+        }
+        indegree[size_t(node.id)] = int(node.src.size());
+    }
+    const auto cons = consumers();
+    std::vector<NodeId> order, ready;
+    for (NodeId i = n - 1; i >= 0; --i)  // stack: pop smallest id first, so build order is kept
+        if (indegree[size_t(i)] == 0) ready.push_back(i);
+    while (!ready.empty()) {
+        const NodeId id = ready.back();
+        ready.pop_back();
+        order.push_back(id);
+        for (auto it = cons[size_t(id)].rbegin(); it != cons[size_t(id)].rend(); ++it)
+            if (--indegree[size_t(*it)] == 0) ready.push_back(*it);
+    }
+    if (order.size() != nodes.size())
+        throw Error("graph: cycle detected (" + std::to_string(nodes.size() - order.size()) +
+                    " nodes unreachable in topological order)");
+    return order;
+}
+
+std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeGraph& b) {
+    auto diff = [](auto&&... parts) {
+        std::ostringstream s;
+        (s << ... << parts);
+        return std::optional<std::string>(s.str());
+    };
+    if (a.nodes.size() != b.nodes.size()) return diff("node count ", a.nodes.size(), " != ", b.nodes.size());
+    if (a.inputs != b.inputs) return diff("input ids differ");
+    if (a.outputs != b.outputs) return diff("output ids differ");
+    for (size_t i = 0; i < a.nodes.size(); ++i) {
+        const CNode &x = a.nodes[i], &y = b.nodes[i];
+        if (x.op != y.op) return diff("node ", i, ": op ", op_string(x.op), " != ", op_string(y.op));
+        if (x.src != y.src) return diff("node ", i, " (", x.name, "): edges differ");
+        if (x.shape != y.shape) return diff("node ", i, " (", x.name, "): shapes differ");
+        if (x.dtype != y.dtype) return diff("node ", i, " (", x.name, "): dtypes differ");
+        if (x.meta != y.meta) return diff("node ", i, " (", x.name, "): metadata differs");
+        if (x.name != y.name) return diff("node ", i, ": name ", x.name, " != ", y.name);
+    }
+    return std::nullopt;
+}
+
+}  // namespace minfer

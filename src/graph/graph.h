@@ -1,0 +1,112 @@
+// The compute-graph IR: nodes in build order (which is a topological order by construction), the
+// input leaves filled each step, and the outputs. No buffers, no data, no numbers: structure and shape
+// only. Shapes are [d, nt, 1, 1]: feature width first, then token count; memory is token-major [nt][d].
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+#include "graph/op.h"
+
+namespace minfer {
+
+using NodeId = int32_t;
+using Shape = std::array<int64_t, 4>;
+
+enum class BackendKind : uint8_t { Cpu, Cuda };
+const char* backend_name(BackendKind b);
+
+// A weight referenced by its GGUF name; the executor resolves the name to data.
+struct WeightRef {
+    std::string name;  // "" when the model has no such tensor
+    GgmlType type = GgmlType::F32;
+    int64_t n_in = 0, n_out = 0;  // GGUF dims [in, out]; 1-D tensors have n_out = 1
+    bool present() const { return !name.empty(); }
+    bool operator==(const WeightRef&) const = default;
+};
+
+namespace meta {
+struct None {
+    bool operator==(const None&) const = default;
+};
+struct Weight {  // embedding table, norm weight
+    WeightRef weight;
+    bool operator==(const Weight&) const = default;
+};
+struct MatMul {
+    WeightRef weight;  // [n_in, n_out]
+    WeightRef bias;    // [n_out], optional: applied inline by the kernel
+    bool operator==(const MatMul&) const = default;
+};
+struct Rope {
+    int64_t n_head, head_dim, n_rot;
+    float freq_base;
+    bool operator==(const Rope&) const = default;
+};
+struct Attn {
+    int layer;
+    int64_t n_head, n_head_kv, hd, hd_kv;
+    int64_t nkt;  // KV row stride = n_head_kv * hd_kv
+    float scale;  // 1/sqrt(hd)
+    bool operator==(const Attn&) const = default;
+};
+struct Kv {
+    int64_t n_embd, n_ctx;  // region shape [n_embd, n_ctx]
+    bool operator==(const Kv&) const = default;
+};
+struct FusedQkv {  // the three projections and everything their epilogue needs
+    MatMul q, k, v;
+    WeightRef q_norm, k_norm;  // Qwen3 only
+    float norm_eps;
+    Rope rope;
+    int64_t n_head_kv;
+    RopeStyle style;
+    Kv kv;
+    bool operator==(const FusedQkv&) const = default;
+};
+struct FusedFfn {
+    WeightRef gate, up;  // [n_embd, n_ff] each
+    bool operator==(const FusedFfn&) const = default;
+};
+}  // namespace meta
+
+using NodeMeta = std::variant<meta::None, meta::Weight, meta::MatMul, meta::Rope, meta::Attn, meta::Kv,
+                              meta::FusedQkv, meta::FusedFfn>;
+
+struct CNode {
+    NodeId id = 0;
+    std::string name;
+    Op op;
+    std::vector<NodeId> src;  // the edges: ids of the nodes this one reads
+    Shape shape{};            // output shape [d, nt, 1, 1]
+    DType dtype = DType::F32;
+    std::optional<BackendKind> backend;  // filled by backend assignment (sched/)
+    NodeMeta meta;
+    int64_t n_elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+};
+
+struct ComputeGraph {
+    std::vector<CNode> nodes;     // build order = execution order
+    std::vector<NodeId> inputs;   // leaves filled from outside each step
+    std::vector<NodeId> outputs;  // logits
+    uint64_t uid = 0;             // set when the graph is cached; CUDA-graph replay keys on it
+
+    const CNode& operator[](NodeId id) const { return nodes[size_t(id)]; }
+    CNode& operator[](NodeId id) { return nodes[size_t(id)]; }
+    NodeId find_input(const std::string& name) const;  // -1 when absent
+    // Validates that every edge points to an earlier-existing node and there is no cycle (Kahn);
+    // returns a stable topological order. Throws Error on a dangling id or a cycle.
+    std::vector<NodeId> topo_order() const;
+    // consumers[i] = ids of the nodes that read node i.
+    std::vector<std::vector<NodeId>> consumers() const;
+};
+
+// Node-for-node comparison of op, payload, meta, edges, shape and dtype; on the first difference
+// returns a description of it ("node 12: op Attn != Add"), std::nullopt when identical.
+std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeGraph& b);
+
+}  // namespace minfer

@@ -1,0 +1,59 @@
+#include "graph/op.h"
+
+#include <sstream>
+#include <type_traits>
+
+namespace minfer {
+
+namespace {
+
+template <class... F>
+struct Overload : F... {
+    using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+
+}  // namespace
+
+const char* op_name(const Op& o) {
+    static constexpr const char* names[] = {
+        "Input",  "GetRows",      "RmsNorm",          "QkNorm",   "MatMul",      "RoPE",
+        "Attn",   "KvcacheStore", "KvcacheLoad",      "Add",      "Mul",         "Silu",
+        "SwiGLU", "FusedQKV",     "QkvBiasRopeStore", "FusedFFN", "FusedQkvNorm"};
+    static_assert(std::size(names) == std::variant_size_v<Op>);
+    return names[o.index()];
+}
+
+const char* dtype_name(DType t) {
+    return t == DType::F32 ? "f32" : "i32";
+}
+const char* rope_style_name(RopeStyle s) {
+    return s == RopeStyle::Normal ? "Normal" : "Neox";
+}
+
+std::string op_string(const Op& o) {
+    std::ostringstream s;
+    s << op_name(o);
+    std::visit(Overload{
+                   [&](const op::RmsNorm& p) { s << " { eps: " << p.eps << " }"; },
+                   [&](const op::QkNorm& p) {
+                       s << " { hd: " << p.hd << ", nh: " << p.nh << ", eps: " << p.eps << " }";
+                   },
+                   [&](const op::MatMul& p) {
+                       s << " { transpose_b: " << (p.transpose_b ? "true" : "false") << " }";
+                   },
+                   [&](const op::Rope& p) { s << " { style: " << rope_style_name(p.style) << " }"; },
+                   [&](const op::Attn&) { s << " { mode: Causal }"; },
+                   [&](const op::KvcacheStore& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const op::KvcacheLoad& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const op::FusedQKV& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const op::QkvBiasRopeStore& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const op::FusedQkvNorm& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const auto&) {},
+               },
+               o);
+    return s.str();
+}
+
+}  // namespace minfer

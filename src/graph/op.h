@@ -1,0 +1,91 @@
+// Operations of the compute graph. Every op carries its full payload and compares by value, so two
+// graphs can be checked node for node (the reuse tripwire) and a dump reads `RmsNorm { eps: 1e-06 }`.
+// Positions are data, never structure: KV ops carry only their layer; the positions input node
+// tells them where to write and how far to attend.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+
+namespace minfer {
+
+enum class DType : uint8_t { F32, I32 };
+enum class RopeStyle : uint8_t { Normal, Neox };  // Normal: adjacent pairs; Neox: halves
+enum class AttnMode : uint8_t { Causal };
+
+namespace op {
+struct Input {  // leaf filled from outside each step (token ids, positions, tail ids)
+    bool operator==(const Input&) const = default;
+};
+struct GetRows {  // src: [table, ids]; embedding lookups and the n_out tail selection
+    bool operator==(const GetRows&) const = default;
+};
+struct RmsNorm {
+    float eps;
+    bool operator==(const RmsNorm&) const = default;
+};
+struct QkNorm {  // per-head RMSNorm over nh heads of hd (Qwen3)
+    int64_t hd, nh;
+    float eps;
+    bool operator==(const QkNorm&) const = default;
+};
+struct MatMul {  // weight (and optional bias) named in MatMulMeta
+    bool transpose_b = false;
+    bool operator==(const MatMul&) const = default;
+};
+struct Rope {
+    RopeStyle style;
+    bool operator==(const Rope&) const = default;
+};
+struct Attn {  // src: [q, kv_load, positions]
+    AttnMode mode;
+    bool operator==(const Attn&) const = default;
+};
+struct KvcacheStore {  // src: [k, v, positions]; writes the layer's persistent region
+    int layer;
+    bool operator==(const KvcacheStore&) const = default;
+};
+struct KvcacheLoad {  // no sources: a view of the layer's region
+    int layer;
+    bool operator==(const KvcacheLoad&) const = default;
+};
+struct Add {
+    bool operator==(const Add&) const = default;
+};
+struct Mul {
+    bool operator==(const Mul&) const = default;
+};
+struct Silu {
+    bool operator==(const Silu&) const = default;
+};
+struct SwiGLU {  // silu(src0) * src1: what the fusion pass turns Mul(Silu(a), b) into
+    bool operator==(const SwiGLU&) const = default;
+};
+// Decode fusions (chosen at build time, gated by GraphParams): one node instead of a chain.
+struct FusedQKV {  // concat QKV matmul + biases + RoPE(Q, K) + K/V store; output is Q
+    int layer;
+    bool operator==(const FusedQKV&) const = default;
+};
+struct QkvBiasRopeStore {  // src: [q, k, v, positions]; epilogue only, for mixed-type Q/K/V
+    int layer;
+    bool operator==(const QkvBiasRopeStore&) const = default;
+};
+struct FusedFFN {  // concat gate|up matmul + SwiGLU; output [n_ff, nt]
+    bool operator==(const FusedFFN&) const = default;
+};
+struct FusedQkvNorm {  // FusedQKV plus Qwen3's per-head Q/K RMSNorm
+    int layer;
+    bool operator==(const FusedQkvNorm&) const = default;
+};
+}  // namespace op
+
+using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::MatMul, op::Rope, op::Attn,
+                        op::KvcacheStore, op::KvcacheLoad, op::Add, op::Mul, op::Silu, op::SwiGLU,
+                        op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm>;
+
+const char* op_name(const Op& op);    // "RmsNorm"
+std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"
+const char* dtype_name(DType t);
+const char* rope_style_name(RopeStyle s);
+
+}  // namespace minfer

@@ -1,0 +1,110 @@
+#include "models/blocks.h"
+
+#include <cmath>
+
+namespace minfer {
+
+namespace {
+
+// Decode fusions need a GPU participant and run on single-token graphs only; toggled by GraphParams.
+bool decode_fusion(const GraphParams& p, bool toggle) {
+    return p.n_tokens == 1 && p.cparams.gpu && toggle;
+}
+
+meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p) {
+    const Hparams& hp = m.hp;
+    return meta::FusedQkv{{l.wq, l.bq},
+                          {l.wk, l.bk},
+                          {l.wv, l.bv},
+                          l.q_norm,
+                          l.k_norm,
+                          hp.rms_eps,
+                          {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base},
+                          hp.n_head_kv,
+                          hp.rope_style,
+                          {hp.n_kv_embd(), p.cparams.n_ctx}};
+}
+
+// The unfused chain: three matmuls (bias inline), optional per-head norms, RoPE on Q and K, K/V store.
+NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
+                   const GraphParams& p, QkNormKind qk_norm) {
+    const Hparams& hp = m.hp;
+    const LayerWeights& l = m.layers[size_t(il)];
+    NodeId q = b.matmul(x, l.wq, l.bq);  // [n_q_embd, nt]
+    NodeId k = b.matmul(x, l.wk, l.bk);  // [n_kv_embd, nt]
+    NodeId v = b.matmul(x, l.wv, l.bv);  // [n_kv_embd, nt]
+    if (qk_norm == QkNormKind::PerHead) {
+        q = b.qk_norm(q, l.q_norm, hp.n_head, hp.head_dim, hp.rms_eps);
+        k = b.qk_norm(k, l.k_norm, hp.n_head_kv, hp.head_dim, hp.rms_eps);
+    }
+    q = b.rope(q, in.positions, hp.rope_style, {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base});
+    k = b.rope(k, in.positions, hp.rope_style, {hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base});
+    b.kvcache_store(il, k, v, in.positions, p.cparams.n_ctx);  // [n_kv_embd, n_ctx]
+    return q;
+}
+
+}  // namespace
+
+GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p) {
+    GraphInputs in{};
+    in.tokens = b.input("token_ids", {p.n_tokens, 1, 1, 1}, DType::I32);
+    in.positions = b.input("positions", {p.n_tokens, 1, 1, 1}, DType::I32);
+    in.tail_ids = p.n_out < p.n_tokens ? b.input("tail_ids", {p.n_out, 1, 1, 1}, DType::I32) : -1;
+    return in;
+}
+
+NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
+                      const GraphParams& p, QkNormKind qk_norm) {
+    const Hparams& hp = m.hp;
+    const LayerWeights& l = m.layers[size_t(il)];
+    const bool same_types = l.wq.type == l.wk.type && l.wk.type == l.wv.type;
+    NodeId q;
+    if (decode_fusion(p, p.cparams.fuse_qkv) && same_types && qk_norm == QkNormKind::PerHead) {
+        q = b.fused_qkv_norm(il, x, in.positions, fused_qkv_meta(m, l, p));
+    } else if (decode_fusion(p, p.cparams.fuse_qkv) && same_types && l.bq.present()) {
+        q = b.fused_qkv(il, x, in.positions, fused_qkv_meta(m, l, p));
+    } else if (decode_fusion(p, p.cparams.fuse_qkv) && !same_types && qk_norm == QkNormKind::None) {
+        const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
+        const NodeId k0 = b.matmul(x, l.wk);
+        const NodeId v0 = b.matmul(x, l.wv);
+        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.positions, fused_qkv_meta(m, l, p));
+    } else {
+        q = project_qkv(b, m, il, x, in, p, qk_norm);
+    }
+    const NodeId kv = b.kvcache_load(il, hp.n_kv_embd(), p.cparams.n_ctx);  // view of the region
+    const meta::Attn am{il,
+                        hp.n_head,
+                        hp.n_head_kv,
+                        hp.head_dim,
+                        hp.head_dim,
+                        hp.n_kv_embd(),
+                        float(1.0 / std::sqrt(double(hp.head_dim)))};
+    return b.attn(q, kv, in.positions, am);  // [n_q_embd, nt]
+}
+
+NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p) {
+    const LayerWeights& l = m.layers[size_t(il)];
+    // One wide concat matmul measured slower than two narrow ones beyond this width (7B: n_ff 18944).
+    constexpr int64_t kMaxFusedFfnWidth = 16384;
+    if (decode_fusion(p, p.cparams.fuse_ffn) && l.ffn_gate.type == l.ffn_up.type &&
+        m.hp.n_ff <= kMaxFusedFfnWidth)
+        return b.matmul(b.fused_ffn(x, {l.ffn_gate, l.ffn_up}), l.ffn_down);
+    const NodeId gate = b.matmul(x, l.ffn_gate);  // [n_ff, nt]
+    const NodeId up = b.matmul(x, l.ffn_up);      // [n_ff, nt]
+    const NodeId act = b.mul(b.silu(gate), up);   // becomes SwiGLU in the fusion pass
+    return b.matmul(act, l.ffn_down);             // [n_embd, nt]
+}
+
+NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer) {
+    if (!last_layer || in.tail_ids < 0) return b.add(residual, cur);
+    const NodeId cur_tail = b.get_rows(cur, in.tail_ids);       // [n_embd, n_out]
+    const NodeId res_tail = b.get_rows(residual, in.tail_ids);  // [n_embd, n_out]
+    return b.add(res_tail, cur_tail);
+}
+
+void output_head(GraphBuilder& b, const Model& m, NodeId h) {
+    const NodeId normed = b.rms_norm(h, m.output_norm, m.hp.rms_eps);
+    b.output(b.matmul(normed, m.output));  // [n_vocab, n_out]
+}
+
+}  // namespace minfer

@@ -1,0 +1,37 @@
+// The building blocks the architecture files compose: graph inputs, self-attention (with the decode
+// fusion classes), the SwiGLU FFN, the residual add that narrows to the n_out tail on the last layer,
+// and the output head. Each reads only the model, the layer index and GraphParams (builder purity).
+#pragma once
+#include "graph/builder.h"
+#include "models/model.h"
+
+namespace minfer {
+
+struct GraphInputs {
+    NodeId tokens;     // [nt] i32
+    NodeId positions;  // [nt] i32: KV slot of every token (data, not structure)
+    NodeId tail_ids;   // [n_out] i32: rows to keep after the last attention; -1 when n_out == nt
+};
+
+enum class QkNormKind : uint8_t { None, PerHead };  // PerHead: Qwen3's RMSNorm of each Q/K head
+
+// Declares the input leaves at the graph head (tail_ids too, though only the last layer reads it:
+// a mid-graph input would split execution into extra backend segments).
+GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p);
+
+// Q/K/V projections, optional Q/K norm, RoPE, KV store + load, causal GQA attention.
+// x: [n_embd, nt] normed hidden state -> [n_q_embd, nt] attention output (before wo).
+NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
+                      const GraphParams& p, QkNormKind qk_norm);
+
+// down(silu(gate(x)) * up(x)); x: [n_embd, nt] -> [n_embd, nt].
+NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p);
+
+// residual + cur; on the last layer with n_out < nt both operands are first narrowed to the tail rows,
+// so the last FFN, final norm and lm_head run on n_out rows. -> [n_embd, nt or n_out].
+NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer);
+
+// Final RMSNorm and lm_head, marked as the graph output: [n_embd, n] -> [n_vocab, n].
+void output_head(GraphBuilder& b, const Model& m, NodeId h);
+
+}  // namespace minfer

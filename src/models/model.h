@@ -1,0 +1,61 @@
+// A loaded model: hyper-parameters and weight references read from the GGUF, and the architecture's
+// graph builder. Weights stay memory-mapped inside `file`; the graph names them, the executor reads them.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/params.h"
+
+namespace minfer {
+
+class GgufFile;
+
+struct Hparams {
+    std::string arch;  // "qwen2", "qwen3", "llama"
+    int n_layer = 0;
+    int64_t n_embd = 0;  // hidden width
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;  // may differ from n_embd / n_head (Qwen3)
+    int64_t n_ff = 0;
+    int64_t n_vocab = 0;
+    int64_t n_ctx_train = 0;
+    int64_t n_rot = 0;  // rotated dims per head
+    float rms_eps = 1e-6f;
+    float rope_base = 10000.0f;
+    RopeStyle rope_style = RopeStyle::Neox;
+    int64_t n_kv_embd() const { return n_head_kv * head_dim; }
+    int64_t n_q_embd() const { return n_head * head_dim; }
+};
+
+struct LayerWeights {
+    WeightRef attn_norm;         // [n_embd]
+    WeightRef wq, wk, wv, wo;    // [n_embd, n_q_embd], [n_embd, n_kv_embd] x2, [n_q_embd, n_embd]
+    WeightRef bq, bk, bv;        // optional biases (Qwen2)
+    WeightRef q_norm, k_norm;    // optional per-head norms [head_dim] (Qwen3)
+    WeightRef ffn_norm;          // [n_embd]
+    WeightRef ffn_gate, ffn_up;  // [n_embd, n_ff]
+    WeightRef ffn_down;          // [n_ff, n_embd]
+};
+
+struct Model;
+using GraphBuildFn = ComputeGraph (*)(const Model& m, const GraphParams& p);
+
+struct Model {
+    std::unique_ptr<GgufFile> file;
+    Hparams hp;
+    WeightRef tok_embd;     // [n_embd, n_vocab]
+    WeightRef output_norm;  // [n_embd]
+    WeightRef output;       // [n_embd, n_vocab]: token_embd when tied
+    std::vector<LayerWeights> layers;
+    GraphBuildFn build_graph = nullptr;
+
+    // Opens `path`, reads hyper-parameters for its architecture and checks every tensor the graph will
+    // reference exists with a supported type and the expected shape. Throws Error naming the problem.
+    static std::unique_ptr<Model> load(const std::string& path);
+    ~Model();
+};
+
+}  // namespace minfer

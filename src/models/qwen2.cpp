@@ -1,0 +1,26 @@
+// Qwen2 / Qwen2.5: pre-norm decoder, QKV with bias, GQA, NEOX RoPE, SwiGLU FFN, tied or separate lm_head.
+#include "models/blocks.h"
+#include "models/registry.h"
+
+namespace minfer {
+
+ComputeGraph build_qwen2(const Model& m, const GraphParams& p) {
+    GraphBuilder b;
+    const GraphInputs in = declare_inputs(b, p);
+    NodeId h = b.embedding(in.tokens, m.tok_embd);  // [n_embd, nt]
+    for (int il = 0; il < m.hp.n_layer; ++il) {
+        const LayerWeights& l = m.layers[size_t(il)];
+        const bool last = il == m.hp.n_layer - 1;
+
+        NodeId x = b.rms_norm(h, l.attn_norm, m.hp.rms_eps);       // [n_embd, nt]
+        x = self_attention(b, m, il, x, in, p, QkNormKind::None);  // [n_q_embd, nt]
+        h = residual_add(b, h, b.matmul(x, l.wo), in, last);       // [n_embd, nt | n_out]
+
+        x = b.rms_norm(h, l.ffn_norm, m.hp.rms_eps);
+        h = b.add(h, swiglu_ffn(b, m, il, x, p));
+    }
+    output_head(b, m, h);  // [n_vocab, n_out]
+    return std::move(b).build();
+}
+
+}  // namespace minfer

@@ -1,0 +1,25 @@
+#include "models/registry.h"
+
+namespace minfer {
+
+namespace {
+constexpr ArchInfo kArchs[] = {
+    {"qwen2", build_qwen2, RopeStyle::Neox},
+    {"qwen3", build_qwen3, RopeStyle::Neox},
+    {"llama", build_llama, RopeStyle::Normal},
+};
+}  // namespace
+
+const ArchInfo* find_arch(const std::string& arch) {
+    for (const ArchInfo& a : kArchs)
+        if (arch == a.name) return &a;
+    return nullptr;
+}
+
+std::string known_archs() {
+    std::string s;
+    for (const ArchInfo& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
+}  // namespace minfer

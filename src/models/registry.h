@@ -1,0 +1,24 @@
+// Architecture registry: the general.architecture string -> that architecture's graph builder.
+// Adding an architecture = one file in src/models/ + one line in registry.cpp + one golden test.
+#pragma once
+#include <string>
+
+#include "models/model.h"
+
+namespace minfer {
+
+struct ArchInfo {
+    const char* name;
+    GraphBuildFn build;
+    RopeStyle rope_style;
+};
+
+// nullptr when `arch` is unknown.
+const ArchInfo* find_arch(const std::string& arch);
+std::string known_archs();  // "qwen2, qwen3, llama"
+
+ComputeGraph build_qwen2(const Model& m, const GraphParams& p);
+ComputeGraph build_qwen3(const Model& m, const GraphParams& p);
+ComputeGraph build_llama(const Model& m, const GraphParams& p);
+
+}  // namespace minfer

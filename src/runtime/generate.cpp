@@ -1,0 +1,73 @@
+#include "runtime/generate.h"
+
+#include <chrono>
+
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Position of the first stop string in `text`, or npos.
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops) {
+    size_t best = std::string::npos;
+    for (const std::string& s : stops)
+        if (!s.empty()) best = std::min(best, text.find(s));
+    return best;
+}
+
+}  // namespace
+
+GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateParams& gp, const std::function<void(std::string_view)>& on_text) {
+    if (prompt.empty()) throw Error("the prompt is empty");
+    if (s.n_past() + int64_t(prompt.size()) > s.n_ctx())
+        throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+                    std::to_string(s.n_ctx()) + " (use -c to raise it)");
+    GenerateResult r;
+    Sampler sampler(gp.sampling);
+    for (int32_t id : prompt) sampler.accept(id);
+    StreamDecoder stream(tok);
+    size_t emitted = 0;  // bytes of r.text already passed to on_text
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::span<const float> logits = s.forward(prompt, 1);
+    r.prefill_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    std::vector<float> row;
+    while (int64_t(r.ids.size()) < gp.n_predict) {
+        row.assign(logits.end() - s.model().hp.n_vocab, logits.end());
+        const int32_t id = sampler.sample(row);
+        if (tok.is_eog(id) && !gp.ignore_eos) break;
+        sampler.accept(id);
+        r.ids.push_back(id);
+        r.text += stream.feed(id);
+        if (const size_t cut = find_stop(r.text, gp.stop); cut != std::string::npos) {
+            r.text.resize(cut);
+            break;
+        }
+        // Hold back what could still become the start of a stop string.
+        size_t hold = 0;
+        for (const std::string& st : gp.stop)
+            if (!st.empty()) hold = std::max(hold, st.size() - 1);
+        const size_t safe = r.text.size() > hold ? r.text.size() - hold : 0;
+        if (on_text && safe > emitted) on_text(std::string_view(r.text).substr(emitted, safe - emitted));
+        emitted = std::max(emitted, safe);
+        if (int64_t(r.ids.size()) >= gp.n_predict) break;
+        if (s.n_past() >= s.n_ctx()) {
+            r.hit_context_limit = true;
+            break;
+        }
+        logits = s.forward(std::span<const int32_t>(&r.ids.back(), 1), 1);
+    }
+    r.decode_s = seconds_since(t0);
+    if (find_stop(r.text, gp.stop) == std::string::npos) r.text += stream.flush();
+    if (on_text && r.text.size() > emitted) on_text(std::string_view(r.text).substr(emitted));
+    return r;
+}
+
+}  // namespace minfer

@@ -1,0 +1,34 @@
+// The generation loop: prefill the prompt (logits of the last token only), then decode one token at a
+// time until n_predict, end of generation, a stop string, or the end of the context.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer {
+
+struct GenerateParams {
+    int64_t n_predict = 128;
+    bool ignore_eos = false;  // end of generation does not stop (it is not banned either)
+    SamplerParams sampling;
+    std::vector<std::string> stop;  // stop strings: generation ends when the text contains one
+};
+
+struct GenerateResult {
+    std::vector<int32_t> ids;  // generated tokens, without the end-of-generation token that stopped
+    std::string text;          // their text, cut before a stop string
+    double prefill_s = 0, decode_s = 0;
+    bool hit_context_limit = false;
+};
+
+GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateParams& gp, const std::function<void(std::string_view)>& on_text = {});
+
+}  // namespace minfer

@@ -1,0 +1,77 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "gguf/gguf.h"
+#include "sched/passes.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+int default_threads(int n) {
+    return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+int64_t default_ctx(const Model& m, int64_t n) {
+    return n > 0 ? n : std::min<int64_t>(m.hp.n_ctx_train, 4096);
+}
+}  // namespace
+
+Session::Session(const Model& m, const SessionParams& p)
+    : model_(m),
+      cparams_(CParams::from_env(default_ctx(m, p.n_ctx), false)),
+      cpu_(*m.file, default_threads(p.n_threads)),
+      backends_{&cpu_} {}
+
+GraphParams Session::params_for(int64_t n_tokens, int64_t n_out) const {
+    return GraphParams::make(n_tokens, n_out, cparams_);
+}
+
+ComputeGraph Session::planned_graph(const GraphParams& p) {
+    ComputeGraph g = model_.build_graph(model_, p);
+    g.topo_order();  // validates: no dangling ids, no cycles
+    assign_backends(g, backends_);
+    fuse_swiglu(g, backends_);
+    return g;
+}
+
+ComputeGraph& Session::forward_cached(const GraphParams& p) {
+    if (cache_.try_reuse(p)) {
+        if (GraphCache::tripwire_enabled()) cache_.verify_structural(planned_graph(p));
+        return cache_.graph();
+    }
+    ComputeGraph& g = cache_.replace(planned_graph(p), p);
+    for (Backend* b : backends_) b->prepare(g);
+    kv_.reserve(g);
+    exec_.bind(plan_buffers(g));
+    return g;
+}
+
+std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t n_out) {
+    const auto nt = int64_t(tokens.size());
+    if (nt == 0) throw Error("forward: no tokens");
+    if (n_past_ + nt > cparams_.n_ctx)
+        throw Error("context size exceeded: " + std::to_string(n_past_ + nt) +
+                    " tokens do not fit in a context of " + std::to_string(cparams_.n_ctx) +
+                    " (use -c to raise it)");
+    n_out = std::clamp<int64_t>(n_out, 1, nt);
+    ComputeGraph& g = forward_cached(params_for(nt, n_out));
+
+    positions_.resize(size_t(nt));
+    std::iota(positions_.begin(), positions_.end(), int32_t(n_past_));
+    exec_.fill_input(g.find_input("token_ids"), tokens);
+    exec_.fill_input(g.find_input("positions"), positions_);
+    if (const NodeId tail = g.find_input("tail_ids"); tail >= 0) {
+        tail_.resize(size_t(n_out));
+        std::iota(tail_.begin(), tail_.end(), int32_t(nt - n_out));
+        exec_.fill_input(tail, tail_);
+    }
+    exec_.run(g, backends_);
+    n_past_ += nt;
+    const NodeId out = g.outputs.front();
+    return {exec_.data(out), size_t(g[out].n_elements())};
+}
+
+}  // namespace minfer

@@ -1,0 +1,54 @@
+// A Session runs forward passes of one model over its KV cache: forward_cached builds the graph once
+// per distinct GraphParams (build -> assign backends -> fuse -> plan buffers), then only refreshes
+// the input leaves (token ids, positions, tail ids) on later calls.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "graph/cache.h"
+#include "models/model.h"
+#include "sched/executor.h"
+
+namespace minfer {
+
+struct SessionParams {
+    int64_t n_ctx = 0;  // 0: the model's training context, at most 4096
+    int n_threads = 0;  // 0: all hardware threads
+};
+
+class Session {
+  public:
+    Session(const Model& m, const SessionParams& p);
+
+    // Runs `tokens` at positions n_past.. and appends them to the KV cache. Returns the logits of the
+    // last n_out tokens, [n_out][n_vocab]. Throws Error when the context would overflow.
+    std::span<const float> forward(std::span<const int32_t> tokens, int64_t n_out = 1);
+    void reset() { n_past_ = 0; }  // KV rows are overwritten as positions are reused
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return cparams_.n_ctx; }
+    const Model& model() const { return model_; }
+    GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
+    uint64_t graph_builds() const { return cache_.builds(); }
+    const ComputeGraph& graph() { return cache_.graph(); }
+    const KvCache& kv() const { return kv_; }
+    // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
+    ComputeGraph planned_graph(const GraphParams& p);
+
+  private:
+    ComputeGraph& forward_cached(const GraphParams& p);
+
+    const Model& model_;
+    CParams cparams_;
+    CpuBackend cpu_;
+    std::vector<Backend*> backends_;
+    GraphCache cache_;
+    KvCache kv_;
+    Executor exec_{kv_};
+    int64_t n_past_ = 0;
+    std::vector<int32_t> positions_, tail_;
+};
+
+}  // namespace minfer

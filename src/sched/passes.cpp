@@ -1,0 +1,61 @@
+#include "sched/passes.h"
+
+#include "backend/backend.h"
+#include "util/error.h"
+
+namespace minfer {
+
+void assign_backends(ComputeGraph& g, const std::vector<Backend*>& backends) {
+    for (CNode& n : g.nodes) {
+        n.backend.reset();
+        for (Backend* b : backends) {
+            if (b->supports(n)) {
+                n.backend = b->kind();
+                break;
+            }
+        }
+        if (!n.backend)
+            throw Error("no backend can run node " + std::to_string(n.id) + " (" + op_string(n.op) + ")");
+    }
+}
+
+int fuse_swiglu(ComputeGraph& g, const std::vector<Backend*>& backends) {
+    const auto readers = g.consumers();
+    int rewrites = 0;
+    for (CNode& n : g.nodes) {
+        if (!std::holds_alternative<op::Mul>(n.op)) continue;
+        const CNode& silu = g[n.src[0]];
+        if (!std::holds_alternative<op::Silu>(silu.op) || readers[size_t(silu.id)].size() != 1) continue;
+        CNode fused = n;
+        fused.op = op::SwiGLU{};
+        fused.src = {silu.src[0], n.src[1]};
+        fused.name = "swiglu";
+        const bool supported = !backends.empty() && [&] {
+            for (Backend* b : backends)
+                if (b->kind() == n.backend && b->supports(fused)) return true;
+            return false;
+        }();
+        if (!supported) continue;
+        n = std::move(fused);
+        ++rewrites;
+    }
+    return rewrites;
+}
+
+std::vector<bool> live_nodes(const ComputeGraph& g) {
+    std::vector<bool> live(g.nodes.size(), false);
+    for (NodeId o : g.outputs) live[size_t(o)] = true;
+    for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
+        const bool side_effect = std::holds_alternative<op::KvcacheStore>(it->op) ||
+                                 std::holds_alternative<op::FusedQKV>(it->op) ||
+                                 std::holds_alternative<op::FusedQkvNorm>(it->op) ||
+                                 std::holds_alternative<op::QkvBiasRopeStore>(it->op);
+        if (side_effect) live[size_t(it->id)] = true;
+        if (!live[size_t(it->id)]) continue;
+        for (NodeId s : it->src) live[size_t(s)] = true;
+    }
+    for (NodeId i : g.inputs) live[size_t(i)] = true;
+    return live;
+}
+
+}  // namespace minfer
