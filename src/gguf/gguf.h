@@ -16,9 +16,23 @@ namespace minfer {
 
 // Metadata value types as numbered by the GGUF spec.
 enum class GgufValueType : uint32_t {
-    U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-    STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+    U8 = 0,
+    I8 = 1,
+    U16 = 2,
+    I16 = 3,
+    U32 = 4,
+    I32 = 5,
+    F32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    U64 = 10,
+    I64 = 11,
+    F64 = 12,
 };
+
+// "U32", "STRING", ...; "type#N" for numbers the spec does not define.
+std::string gguf_value_type_name(GgufValueType t);
 
 struct GgufArray;
 // One metadata value. Integers of every width are widened to int64/uint64 and floats to double;
@@ -35,15 +49,15 @@ struct GgufArray {
 struct GgufTensor {
     std::string name;
     GgmlType type = GgmlType::F32;
-    std::vector<int64_t> dims;  // ne[0] first (the contiguous, "in" dimension), as in GGUF
-    uint64_t offset = 0;        // relative to the data section
-    uint64_t n_bytes = 0;       // computed from dims and the type's block layout
+    std::vector<int64_t> dims;      // ne[0] first (the contiguous, "in" dimension), as in GGUF
+    uint64_t offset = 0;            // relative to the data section
+    uint64_t n_bytes = 0;           // computed from dims and the type's block layout
     const uint8_t* data = nullptr;  // points into the mapping
     int64_t n_elements() const;
 };
 
 class GgufFile {
-public:
+  public:
     // Opens and validates `path`. Throws Error("<path>: <problem>") on any defect.
     static std::unique_ptr<GgufFile> open(const std::string& path);
     ~GgufFile();
@@ -54,14 +68,15 @@ public:
     uint32_t version() const { return version_; }
     size_t file_size() const { return size_; }
     uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }  // file offset of the (aligned) data section
 
     const std::map<std::string, GgufValue>& metadata() const { return kv_; }
     const GgufValue* find(std::string_view key) const;  // nullptr when absent
     bool has(std::string_view key) const { return find(key) != nullptr; }
     // Typed getters: throw Error naming the key when absent or of an incompatible type.
     std::string get_str(std::string_view key) const;
-    int64_t get_int(std::string_view key) const;  // any integer type
-    double get_float(std::string_view key) const; // F32/F64 (integers accepted)
+    int64_t get_int(std::string_view key) const;   // any integer type
+    double get_float(std::string_view key) const;  // F32/F64 (integers accepted)
     bool get_bool(std::string_view key) const;
     std::vector<std::string> get_str_array(std::string_view key) const;
     std::vector<int64_t> get_int_array(std::string_view key) const;
@@ -78,11 +93,12 @@ public:
     // Touches every page of the tensor data (page-in), calling progress(done_bytes, total) now and then.
     void prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const;
 
-private:
+  private:
     GgufFile() = default;
     std::string path_;
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
     const uint8_t* base_ = nullptr;
     size_t size_ = 0;
     std::map<std::string, GgufValue> kv_;

@@ -1,15 +1,19 @@
 // A fixed pool of worker threads that spin-wait for work (no per-op thread creation). run() hands
 // the same task to every thread (the caller is thread 0) and returns when all have finished.
+// Idle workers spin for a bounded budget, then sleep on a condition variable so an idle process
+// does not burn CPU. run() must not be called concurrently or from inside a task.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 namespace minfer {
 
 class ThreadPool {
-public:
+  public:
     explicit ThreadPool(int n_threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
@@ -31,16 +35,22 @@ public:
         });
     }
 
-private:
+  private:
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
     void worker(int ith);
+    void publish();                               // starts a new generation and wakes sleepers
+    uint64_t wait_for_generation(uint64_t seen);  // returns the first generation != seen
+    void wait_for_workers();                      // spins until pending_ == 0
 
     int n_threads_;
     std::vector<std::thread> threads_;
     std::atomic<uint64_t> generation_{0};
     std::atomic<int> pending_{0};
     std::atomic<bool> stop_{false};
+    std::atomic<int> sleepers_{0};  // workers blocked (or about to block) on wake_
+    std::mutex mutex_;
+    std::condition_variable wake_;
     void* ctx_ = nullptr;
     TaskFn fn_ = nullptr;
 };

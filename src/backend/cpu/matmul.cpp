@@ -1,0 +1,95 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels_avx2.h"
+#include "util/error.h"
+
+namespace minfer::cpu {
+
+namespace {
+
+// Weight rows dequantized together for prefill (a multiple of the 3-row AVX2 micro-tile); their f32
+// copy (12 * n_in floats) stays in L2 while every activation row passes over it.
+constexpr int64_t kRowBlock = 12;
+
+struct MatmulArgs {
+    const QuantTraits& q;
+    const uint8_t* w;
+    size_t row_bytes;
+    int64_t n_in, n_out;
+    const float* x;
+    int64_t nt;
+    float* y;
+    const float* bias;
+};
+
+// Rows [o0, o1) with the quant format's own dot product, one (row, token) at a time: the decode path,
+// memory-bound on reading W once.
+void dot_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+        const uint8_t* row = a.w + size_t(o) * a.row_bytes;
+        const float b = a.bias ? a.bias[o] : 0.0f;
+        for (int64_t t = 0; t < a.nt; ++t) a.y[t * a.n_out + o] = a.q.dot(row, a.x + t * a.n_in, a.n_in) + b;
+    }
+}
+
+// Rows [o0, o1) for many tokens: dequantize kRowBlock rows into thread-local f32 scratch, then run the
+// register-blocked f32 tile over all tokens.
+void tiled_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
+    thread_local std::vector<float> scratch;
+    const bool f32 = a.q.type == GgmlType::F32;
+    for (int64_t o = o0; o < o1; o += kRowBlock) {
+        const int64_t nr = std::min(kRowBlock, o1 - o);
+        const uint8_t* rows = a.w + size_t(o) * a.row_bytes;
+        const float* wf = reinterpret_cast<const float*>(rows);
+        if (!f32) {
+            if (scratch.size() < size_t(nr * a.n_in)) scratch.resize(size_t(nr * a.n_in));
+            for (int64_t r = 0; r < nr; ++r)
+                a.q.to_float(rows + size_t(r) * a.row_bytes, &scratch[size_t(r * a.n_in)], a.n_in);
+            wf = scratch.data();
+        }
+        avx2::matmul_tile(wf, nr, a.x, a.nt, a.n_in, a.y + o, a.n_out);
+        if (!a.bias) continue;
+        for (int64_t t = 0; t < a.nt; ++t)
+            for (int64_t r = 0; r < nr; ++r) a.y[t * a.n_out + o + r] += a.bias[o + r];
+    }
+}
+
+void check_row_length(const QuantTraits& q, int64_t n_in) {
+    if (n_in % q.block_size != 0)
+        throw Error(std::string("matmul: row length ") + std::to_string(n_in) + " is not a multiple of the " +
+                    q.name + " block size " + std::to_string(q.block_size));
+}
+
+}  // namespace
+
+void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+            float* y, const float* bias, ThreadPool& pool) {
+    check_row_length(q, n_in);
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
+    if (nt > 1 && cpu_has_avx2())
+        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { tiled_rows(a, o0, o1); });
+    else
+        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
+}
+
+void matmul_ref(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+                float* y, const float* bias) {
+    check_row_length(q, n_in);
+    const size_t row_bytes = quant_row_bytes(q, n_in);
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < n_out; ++o) {
+        q.to_float_ref(static_cast<const uint8_t*>(w) + size_t(o) * row_bytes, row.data(), n_in);
+        for (int64_t t = 0; t < nt; ++t) {
+            double s = bias ? double(bias[o]) : 0.0;
+            for (int64_t i = 0; i < n_in; ++i) s += double(row[size_t(i)]) * double(x[t * n_in + i]);
+            y[t * n_out + o] = float(s);
+        }
+    }
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,61 @@
+#include "backend/cpu/ops.h"
+
+#include <cmath>
+
+#include "backend/cpu/kernels_avx2.h"
+#include "backend/cpu/ops_ref.h"
+
+namespace minfer::cpu {
+
+// CPUs without AVX2/FMA run the scalar reference twins: slower, but the same results within the
+// budgets the tests hold the SIMD versions to.
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+    if (cpu_has_avx2()) return avx2::rms_norm(x, w, y, n, eps);
+    rms_norm_ref(x, w, y, n, eps);
+}
+
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, bool neox) {
+    // One angle per pair, shared by all heads; cos/sin in double, the rotation itself in float.
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        const double theta = double(pos) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+        const float c = float(std::cos(theta)), s = float(std::sin(theta));
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        for (int64_t h = 0; h < n_head; ++h) {
+            float* xh = x + h * head_dim;
+            const float a = xh[i0], b = xh[i1];
+            xh[i0] = a * c - b * s;
+            xh[i1] = a * s + b * c;
+        }
+    }
+}
+
+void silu(const float* x, float* y, int64_t n) {
+    if (cpu_has_avx2()) return avx2::silu(x, y, n);
+    silu_ref(x, y, n);
+}
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+    if (cpu_has_avx2()) return avx2::swiglu(g, u, y, n);
+    swiglu_ref(g, u, y, n);
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+    if (cpu_has_avx2()) return avx2::add(a, b, y, n);
+    add_ref(a, b, y, n);
+}
+
+void mul(const float* a, const float* b, float* y, int64_t n) {
+    if (cpu_has_avx2()) return avx2::mul(a, b, y, n);
+    mul_ref(a, b, y, n);
+}
+
+void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
+               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch) {
+    if (cpu_has_avx2())
+        return avx2::attention(q, k, v, out, n_head, n_head_kv, hd, kv_stride, n_kv_rows, scale, scratch);
+    attention_ref(q, k, v, out, n_head, n_head_kv, hd, kv_stride, n_kv_rows, scale);
+}
+
+}  // namespace minfer::cpu

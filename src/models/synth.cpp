@@ -1,0 +1,97 @@
+#include "models/synth.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quants.h"
+#include "gguf/gguf_writer.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+class SynthWriter {
+  public:
+    explicit SynthWriter(const SynthSpec& s) : s_(s), rng_(s.seed) {}
+
+    // A [n_in, n_out] matrix, values ~ N(0, 1/n_in) so activations keep their scale through layers.
+    void matrix(const std::string& name, int64_t n_in, int64_t n_out) {
+        const QuantTraits* q = quant_traits(s_.type);
+        if (!q || n_in % q->block_size != 0)
+            throw Error(std::string("synth: cannot write ") + ggml_type_name(s_.type) + " rows of " +
+                        std::to_string(n_in));
+        std::vector<float> v = values(n_in * n_out, 1.0 / std::sqrt(double(n_in)), 0.0);
+        std::vector<uint8_t> bytes(quant_row_bytes(*q, n_in) * size_t(n_out));
+        q->from_float_ref(v.data(), bytes.data(), n_in * n_out);
+        w_.add_tensor(name, s_.type, {n_in, n_out}, std::move(bytes));
+    }
+    void vector(const std::string& name, int64_t n, double mean, double sd) {
+        std::vector<float> v = values(n, sd, mean);
+        w_.add_tensor(name, GgmlType::F32, {n}, v.data(), v.size() * sizeof(float));
+    }
+    GgufWriter& writer() { return w_; }
+
+  private:
+    std::vector<float> values(int64_t n, double sd, double mean) {
+        std::normal_distribution<float> dist{float(mean), float(sd)};
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = dist(rng_);
+        return v;
+    }
+    const SynthSpec& s_;
+    std::mt19937_64 rng_;
+    GgufWriter w_;
+};
+
+void write_hparams(GgufWriter& w, const SynthSpec& s) {
+    const std::string a = s.arch;
+    w.set_str("general.architecture", a);
+    w.set_str("general.name", "synthetic " + a);
+    w.set_u32(a + ".block_count", uint32_t(s.n_layer));
+    w.set_u32(a + ".context_length", uint32_t(s.n_ctx_train));
+    w.set_u32(a + ".embedding_length", uint32_t(s.n_embd));
+    w.set_u32(a + ".feed_forward_length", uint32_t(s.n_ff));
+    w.set_u32(a + ".attention.head_count", uint32_t(s.n_head));
+    w.set_u32(a + ".attention.head_count_kv", uint32_t(s.n_head_kv));
+    w.set_u32(a + ".attention.key_length", uint32_t(s.head_dim));
+    w.set_u32(a + ".attention.value_length", uint32_t(s.head_dim));
+    w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+    w.set_f32(a + ".rope.freq_base", 1e6f);
+}
+
+}  // namespace
+
+void write_synth_model(const SynthSpec& s, const std::string& path) {
+    SynthWriter sw(s);
+    write_hparams(sw.writer(), s);
+    const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
+    sw.matrix("token_embd.weight", d, s.n_vocab);
+    sw.vector("output_norm.weight", d, 1.0, 0.1);
+    if (!s.tied_output) sw.matrix("output.weight", d, s.n_vocab);
+    for (int il = 0; il < s.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        sw.vector(p + "attn_norm.weight", d, 1.0, 0.1);
+        sw.matrix(p + "attn_q.weight", d, dq);
+        sw.matrix(p + "attn_k.weight", d, dkv);
+        sw.matrix(p + "attn_v.weight", d, dkv);
+        sw.matrix(p + "attn_output.weight", dq, d);
+        if (s.arch == "qwen2") {
+            sw.vector(p + "attn_q.bias", dq, 0.0, 0.1);
+            sw.vector(p + "attn_k.bias", dkv, 0.0, 0.1);
+            sw.vector(p + "attn_v.bias", dkv, 0.0, 0.1);
+        }
+        if (s.arch == "qwen3") {
+            sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.0, 0.1);
+            sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
+        }
+        sw.vector(p + "ffn_norm.weight", d, 1.0, 0.1);
+        sw.matrix(p + "ffn_gate.weight", d, s.n_ff);
+        sw.matrix(p + "ffn_up.weight", d, s.n_ff);
+        sw.matrix(p + "ffn_down.weight", s.n_ff, d);
+    }
+    sw.writer().write(path);
+}
+
+}  // namespace minfer

@@ -1,0 +1,112 @@
+// Attention against the double-precision reference (attention_ref), and the reference against cases
+// whose answer is known in closed form.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/ops_ref.h"
+#include "cpu_test_util.h"
+
+namespace minfer::cpu {
+namespace {
+
+using test::kU;
+using test::random_floats;
+
+struct Shape {
+    int64_t n_head, n_head_kv, hd, pad;  // pad: extra floats at the end of each KV row (kv_stride slack)
+};
+
+// Per-head error budget. Each score is scale * (an f32 dot of hd terms): off by at most
+// ds = scale * (hd + 2) kU * max_j sum_d |q_d k_jd| (summation bound plus the scale product). A score
+// shift of ds moves every softmax weight by a relative 2 ds at most (numerator and normaliser), so the
+// output, a weighted mean of v rows, moves by 2 ds * max|v|. On top: e^x within 4 kU per weight,
+// the f32 accumulation of at most 64 weighted rows before folding into f64 (64 kU of sum p_j |v_j|),
+// and a few final roundings: 2 ds + 80 kU, relative to max|v|.
+double head_budget(const float* qh, const float* k, const float* v, int64_t hd, int64_t stride, int64_t rows,
+                   float scale) {
+    double max_abs_dot = 0.0, max_v = 0.0;
+    for (int64_t j = 0; j < rows; ++j) {
+        double s = 0.0;
+        for (int64_t d = 0; d < hd; ++d) {
+            s += std::fabs(double(qh[d]) * double(k[j * stride + d]));
+            max_v = std::max(max_v, std::fabs(double(v[j * stride + d])));
+        }
+        max_abs_dot = std::max(max_abs_dot, s);
+    }
+    const double ds = double(scale) * double(hd + 2) * kU * max_abs_dot;
+    return (2 * ds + 80 * kU) * max_v;
+}
+
+void check_attention(const Shape& s, int64_t rows, float scale, float qk_amp, std::mt19937& rng) {
+    const int64_t stride = s.n_head_kv * s.hd + s.pad;
+    const auto q = random_floats(rng, s.n_head * s.hd, -qk_amp, qk_amp);
+    const auto k = random_floats(rng, rows * stride, -qk_amp, qk_amp);
+    const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
+    std::vector<float> out(q.size()), want(q.size()), scratch(static_cast<size_t>(rows));
+    attention(q.data(), k.data(), v.data(), out.data(), s.n_head, s.n_head_kv, s.hd, stride, rows, scale,
+              scratch.data());
+    attention_ref(q.data(), k.data(), v.data(), want.data(), s.n_head, s.n_head_kv, s.hd, stride, rows,
+                  scale);
+    const int64_t group = s.n_head / s.n_head_kv;
+    for (int64_t h = 0; h < s.n_head; ++h) {
+        const int64_t off = (h / group) * s.hd;
+        const double budget =
+            head_budget(&q[size_t(h * s.hd)], &k[size_t(off)], &v[size_t(off)], s.hd, stride, rows, scale);
+        for (int64_t d = 0; d < s.hd; ++d) {
+            const size_t i = size_t(h * s.hd + d);
+            ASSERT_LE(std::fabs(out[i] - want[i]), budget)
+                << "heads " << s.n_head << "/" << s.n_head_kv << " hd=" << s.hd << " rows=" << rows
+                << " h=" << h << " d=" << d;
+        }
+    }
+}
+
+TEST(Attention, MatchesDoubleReference) {
+    std::mt19937 rng(11);
+    const Shape shapes[] = {{4, 2, 64, 0},  {8, 4, 128, 0}, {4, 4, 64, 8},
+                            {8, 1, 128, 3}, {2, 1, 36, 0},  {4, 2, 100, 5}};
+    for (const Shape& s : shapes) {
+        for (int64_t rows : {1, 2, 3, 7, 8, 9, 31, 63, 64, 65, 129, 300}) {
+            check_attention(s, rows, 1.0f / std::sqrt(float(s.hd)), 1.0f, rng);
+        }
+    }
+}
+
+// Peaked softmax (large scores) and a long context, where accumulation error would grow with the length.
+TEST(Attention, PeakedAndLongContext) {
+    std::mt19937 rng(12);
+    check_attention({8, 4, 128, 0}, 300, 1.0f / std::sqrt(128.0f), 6.0f, rng);
+    check_attention({4, 2, 64, 0}, 4096, 1.0f / std::sqrt(64.0f), 1.0f, rng);
+    check_attention({4, 2, 64, 0}, 4096, 1.0f / std::sqrt(64.0f), 4.0f, rng);
+}
+
+// With one row the softmax weight is 1: the output is that row of v. With identical keys the weights
+// are uniform: the output is the mean of the v rows.
+TEST(Attention, ReferenceClosedForms) {
+    std::mt19937 rng(13);
+    const int64_t hd = 16, n_head = 4, n_kv = 2, stride = n_kv * hd, rows = 5;
+    const auto q = random_floats(rng, n_head * hd, -1.0f, 1.0f);
+    auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
+    const auto v = random_floats(rng, rows * stride, -1.0f, 1.0f);
+    std::vector<float> out(static_cast<size_t>(n_head * hd));
+    attention_ref(q.data(), k.data(), v.data(), out.data(), n_head, n_kv, hd, stride, 1, 0.25f);
+    for (int64_t h = 0; h < n_head; ++h)
+        for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(h * hd + d)], v[size_t((h / 2) * hd + d)]);
+    for (int64_t j = 1; j < rows; ++j) std::copy_n(k.begin(), stride, k.begin() + j * stride);
+    attention_ref(q.data(), k.data(), v.data(), out.data(), n_head, n_kv, hd, stride, rows, 0.25f);
+    for (int64_t h = 0; h < n_head; ++h) {
+        for (int64_t d = 0; d < hd; ++d) {
+            double mean = 0.0;
+            for (int64_t j = 0; j < rows; ++j) mean += v[size_t(j * stride + (h / 2) * hd + d)];
+            EXPECT_NEAR(out[size_t(h * hd + d)], mean / rows, 1e-7);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace minfer::cpu

@@ -1,0 +1,123 @@
+// matmul (threaded, quant dot / dequantize + AVX2 tile) against matmul_ref (scalar dequantize, double
+// accumulation) for every quant type the traits table provides.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "cpu_test_util.h"
+#include "util/error.h"
+
+namespace minfer::cpu {
+namespace {
+
+using test::kU;
+using test::random_floats;
+
+const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,  GgmlType::Q4_0,
+                           GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,  GgmlType::Q8_0,
+                           GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,  GgmlType::Q5_K,
+                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+
+struct Problem {
+    int64_t n_in, n_out, nt;
+    std::vector<uint8_t> w;
+    std::vector<float> x, bias, w_ref;  // w_ref: W as to_float_ref sees it, for the error budget
+};
+
+Problem make_problem(const QuantTraits& q, int64_t n_in, int64_t n_out, int64_t nt, std::mt19937& rng) {
+    Problem p{n_in, n_out, nt, std::vector<uint8_t>(quant_row_bytes(q, n_in) * size_t(n_out)), {}, {}, {}};
+    const auto wf = random_floats(rng, n_in * n_out, -1.0f, 1.0f);
+    for (int64_t o = 0; o < n_out; ++o)
+        q.from_float_ref(&wf[size_t(o * n_in)], &p.w[size_t(o) * quant_row_bytes(q, n_in)], n_in);
+    p.w_ref.resize(wf.size());
+    for (int64_t o = 0; o < n_out; ++o)
+        q.to_float_ref(&p.w[size_t(o) * quant_row_bytes(q, n_in)], &p.w_ref[size_t(o * n_in)], n_in);
+    p.x = random_floats(rng, nt * n_in, -1.0f, 1.0f);
+    p.bias = random_floats(rng, n_out, -1.0f, 1.0f);
+    return p;
+}
+
+// Budget: any f32 summation of n_in products, in any order, is within (n_in - 1) kU * sum_i |w_i x_i| of
+// the exact sum (recursive summation bound); the optimized dequantization may round a few elements
+// differently from to_float_ref (a few kU of |w_i x_i| each), and the bias add is one more rounding.
+// (n_in + 16) kU * sum|w_i x_i| + kU |bias| covers all of it.
+void check_against_ref(const Problem& p, const std::vector<float>& y, const std::vector<float>& want,
+                       bool with_bias) {
+    for (int64_t t = 0; t < p.nt; ++t) {
+        for (int64_t o = 0; o < p.n_out; ++o) {
+            double sum_abs = 0.0;
+            for (int64_t i = 0; i < p.n_in; ++i)
+                sum_abs +=
+                    std::fabs(double(p.w_ref[size_t(o * p.n_in + i)]) * double(p.x[size_t(t * p.n_in + i)]));
+            const double budget =
+                double(p.n_in + 16) * kU * sum_abs + (with_bias ? kU * std::fabs(p.bias[size_t(o)]) : 0.0);
+            const size_t i = size_t(t * p.n_out + o);
+            ASSERT_LE(std::fabs(double(y[i]) - double(want[i])), budget)
+                << "n_in=" << p.n_in << " n_out=" << p.n_out << " nt=" << p.nt << " t=" << t << " o=" << o;
+        }
+    }
+}
+
+void check_type(const QuantTraits& q, std::mt19937& rng) {
+    std::unique_ptr<ThreadPool> pools[] = {std::make_unique<ThreadPool>(1), std::make_unique<ThreadPool>(2),
+                                           std::make_unique<ThreadPool>(3)};
+    for (int64_t n_in : {37, 96, 256, 768}) {
+        if (n_in % q.block_size != 0) continue;
+        for (int64_t n_out : {1, 13, 67}) {
+            for (int64_t nt : {1, 2, 7, 33}) {
+                const Problem p = make_problem(q, n_in, n_out, nt, rng);
+                for (bool with_bias : {false, true}) {
+                    const float* bias = with_bias ? p.bias.data() : nullptr;
+                    std::vector<float> want(static_cast<size_t>(nt * n_out)), first;
+                    matmul_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
+                    for (auto& pool : pools) {
+                        std::vector<float> y(want.size(), NAN);
+                        matmul(q, p.w.data(), n_in, n_out, p.x.data(), nt, y.data(), bias, *pool);
+                        check_against_ref(p, y, want, with_bias);
+                        // Each output is computed the same way whichever thread owns its row.
+                        if (first.empty()) first = y;
+                        ASSERT_EQ(y, first) << "threads=" << pool->size() << " n_in=" << n_in
+                                            << " n_out=" << n_out << " nt=" << nt;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(Matmul, MatchesReferenceForEveryQuantType) {
+    std::mt19937 rng(21);
+    std::string tested;
+    for (GgmlType t : kTypes) {
+        const QuantTraits* q = quant_traits(t);
+        if (!q) continue;
+        SCOPED_TRACE(q->name);
+        check_type(*q, rng);
+        tested += std::string(tested.empty() ? "" : " ") + q->name;
+    }
+    RecordProperty("quant_types", tested);
+    std::cout << "matmul checked for: " << tested << "\n";
+    if (!quant_traits(GgmlType::F32)) ADD_FAILURE() << "F32 has no quant traits";
+}
+
+TEST(Matmul, RejectsRowLengthOffBlockSize) {
+    for (GgmlType t : kTypes) {
+        const QuantTraits* q = quant_traits(t);
+        if (!q || q->block_size == 1) continue;
+        ThreadPool pool(1);
+        const int64_t n_in = q->block_size + 1;
+        std::vector<uint8_t> w(quant_row_bytes(*q, 2 * q->block_size));
+        std::vector<float> x(static_cast<size_t>(n_in)), y(1);
+        EXPECT_THROW(matmul(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr, pool), Error) << q->name;
+        EXPECT_THROW(matmul_ref(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr), Error) << q->name;
+    }
+}
+
+}  // namespace
+}  // namespace minfer::cpu

@@ -1,0 +1,146 @@
+// Randomized op-vs-reference tests for the element-wise kernels and rope. Each error budget is written
+// in f32 unit roundoffs (kU) and derived next to the check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/ops_ref.h"
+#include "cpu_test_util.h"
+
+namespace minfer::cpu {
+namespace {
+
+using test::kU;
+using test::random_floats;
+
+const int64_t kSizes[] = {1, 3, 7, 8, 9, 15, 16, 31, 32, 33, 100, 257, 896, 1000, 4099};
+
+// add/mul are one IEEE operation per element in both versions, so they must agree bit for bit.
+TEST(Ops, AddMulExact) {
+    std::mt19937 rng(1);
+    for (int64_t n : kSizes) {
+        const auto a = random_floats(rng, n, -100.0f, 100.0f), b = random_floats(rng, n, -100.0f, 100.0f);
+        std::vector<float> y(static_cast<size_t>(n)), r(static_cast<size_t>(n));
+        add(a.data(), b.data(), y.data(), n);
+        add_ref(a.data(), b.data(), r.data(), n);
+        EXPECT_EQ(y, r) << "add n=" << n;
+        mul(a.data(), b.data(), y.data(), n);
+        mul_ref(a.data(), b.data(), r.data(), n);
+        EXPECT_EQ(y, r) << "mul n=" << n;
+    }
+}
+
+// Budget: the f32 sum of squares runs 32 lanes of n/32 terms, then folds lanes (5 levels) and a tail of
+// < 8 terms: relative error <= (n/32 + 12) kU. sqrt halves it; mean, +eps, sqrt, divide and the two output
+// multiplies add one rounding each, and the reference's final rounding another: (n/64 + 16) kU covers it.
+TEST(Ops, RmsNormMatchesReference) {
+    std::mt19937 rng(2);
+    for (int64_t n : kSizes) {
+        for (float amp : {1e-3f, 1.0f, 300.0f}) {
+            const auto x = random_floats(rng, n, -amp, amp), w = random_floats(rng, n, -2.0f, 2.0f);
+            std::vector<float> y(static_cast<size_t>(n)), r(static_cast<size_t>(n));
+            rms_norm(x.data(), w.data(), y.data(), n, 1e-6f);
+            rms_norm_ref(x.data(), w.data(), r.data(), n, 1e-6f);
+            const double budget = (double(n) / 64 + 16) * kU;
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_LE(std::fabs(y[size_t(i)] - r[size_t(i)]), budget * std::fabs(r[size_t(i)]) + 1e-30)
+                    << "n=" << n << " amp=" << amp << " i=" << i;
+        }
+    }
+}
+
+// Budget: e^-x is good to 4 kU (Taylor truncation < 6e-9 plus Horner roundings), 1 + e^-x and the
+// division add a rounding each, swiglu's product one more, the reference's rounding to f32 half of one:
+// 8 kU relative. The absolute 1e-30 only matters where |silu| < 1e-36, where e^-x is clamped at e^88.
+void check_silu(const std::vector<float>& x, const std::vector<float>& u) {
+    const int64_t n = int64_t(x.size());
+    std::vector<float> y(x.size()), r(x.size());
+    silu(x.data(), y.data(), n);
+    silu_ref(x.data(), r.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+        ASSERT_LE(std::fabs(y[size_t(i)] - r[size_t(i)]), 8 * kU * std::fabs(r[size_t(i)]) + 1e-30)
+            << "silu n=" << n << " x=" << x[size_t(i)];
+    swiglu(x.data(), u.data(), y.data(), n);
+    swiglu_ref(x.data(), u.data(), r.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+        ASSERT_LE(std::fabs(y[size_t(i)] - r[size_t(i)]), 8 * kU * std::fabs(r[size_t(i)]) + 1e-30)
+            << "swiglu n=" << n << " x=" << x[size_t(i)] << " u=" << u[size_t(i)];
+}
+
+TEST(Ops, SiluSwigluMatchReference) {
+    std::mt19937 rng(3);
+    for (int64_t n : kSizes)
+        check_silu(random_floats(rng, n, -20.0f, 20.0f), random_floats(rng, n, -5.0f, 5.0f));
+    for (int64_t n : kSizes)
+        check_silu(random_floats(rng, n, -0.01f, 0.01f), random_floats(rng, n, -5.0f, 5.0f));
+    const std::vector<float> extremes = {-1000.0f, -100.0f, -88.5f, -88.0f, -87.0f, -50.0f, -1e-30f, 0.0f,
+                                         1e-30f,   50.0f,   87.0f,  88.0f,  88.5f,  100.0f, 1000.0f};
+    check_silu(extremes, std::vector<float>(extremes.size(), 1.5f));
+}
+
+// Straight from the definition, all in double: pair (i0, i1) rotated by theta_i = pos * base^(-2i/n_rot).
+std::vector<double> rope_naive(const std::vector<float>& x, int64_t n_head, int64_t hd, int64_t n_rot,
+                               int32_t pos, double base, bool neox) {
+    std::vector<double> y(x.begin(), x.end());
+    for (int64_t h = 0; h < n_head; ++h) {
+        for (int64_t i = 0; i < n_rot / 2; ++i) {
+            const double theta = pos * std::exp(-2.0 * double(i) / double(n_rot) * std::log(base));
+            const size_t i0 = size_t(h * hd + (neox ? i : 2 * i));
+            const size_t i1 = size_t(h * hd + (neox ? i + n_rot / 2 : 2 * i + 1));
+            y[i0] = x[i0] * std::cos(theta) - x[i1] * std::sin(theta);
+            y[i1] = x[i0] * std::sin(theta) + x[i1] * std::cos(theta);
+        }
+    }
+    return y;
+}
+
+// Budget against the naive double formula: cos and sin are rounded to f32 (kU each), then a*c - b*s
+// costs two products and a difference: every output is within 4 kU * (|a| + |b|) of the exact rotation.
+// rope() and rope_ref() do the same arithmetic in a different loop order, so they agree exactly.
+TEST(Ops, RopeMatchesNaiveFormula) {
+    std::mt19937 rng(4);
+    for (bool neox : {false, true}) {
+        for (int64_t hd : {64, 128}) {
+            for (int64_t n_rot : {hd, hd / 2}) {
+                for (int32_t pos : {0, 1, 17, 4095, 100000}) {
+                    const int64_t n_head = 3;
+                    const auto x = random_floats(rng, n_head * hd, -4.0f, 4.0f);
+                    auto y = x, r = x;
+                    rope(y.data(), n_head, hd, n_rot, pos, 1e6f, neox);
+                    rope_ref(r.data(), n_head, hd, n_rot, pos, 1e6f, neox);
+                    EXPECT_EQ(y, r) << "neox=" << neox << " hd=" << hd << " n_rot=" << n_rot
+                                    << " pos=" << pos;
+                    const auto want = rope_naive(x, n_head, hd, n_rot, pos, 1e6, neox);
+                    for (size_t i = 0; i < x.size(); ++i) {
+                        const size_t in_head = i % size_t(hd);
+                        const size_t partner = neox ? (in_head < size_t(n_rot / 2) ? i + size_t(n_rot / 2)
+                                                                                   : i - size_t(n_rot / 2))
+                                                    : (i ^ 1);
+                        const double budget = in_head < size_t(n_rot)
+                                                  ? 4 * kU * (std::fabs(x[i]) + std::fabs(x[partner]))
+                                                  : 0.0;
+                        ASSERT_LE(std::fabs(y[i] - want[i]), budget)
+                            << "neox=" << neox << " hd=" << hd << " n_rot=" << n_rot << " pos=" << pos
+                            << " i=" << i;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(Ops, RopePositionZeroIsIdentity) {
+    std::mt19937 rng(5);
+    const auto x = random_floats(rng, 2 * 128, -1.0f, 1.0f);
+    for (bool neox : {false, true}) {
+        auto y = x;
+        rope(y.data(), 2, 128, 128, 0, 10000.0f, neox);
+        EXPECT_EQ(y, x);
+    }
+}
+
+}  // namespace
+}  // namespace minfer::cpu

@@ -1,0 +1,38 @@
+// Shared helpers for the golden tests: reference loading and the greedy / teacher-forced drivers.
+#pragma once
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace minfer::test {
+
+inline nlohmann::json load_json(const std::string& path) {
+    std::ifstream f(path);
+    return nlohmann::json::parse(f);
+}
+
+// Greedy continuation of `prompt` for n tokens; end-of-generation does not stop it.
+inline std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, int n) {
+    s.reset();
+    std::vector<int32_t> out;
+    std::span<const float> logits = s.forward(prompt, 1);
+    for (int i = 0; i < n; ++i) {
+        out.push_back(argmax(logits));
+        if (i + 1 < n) logits = s.forward(std::span<const int32_t>(&out.back(), 1), 1);
+    }
+    return out;
+}
+
+// Teacher-forced logits over `ids`: [n_ids][n_vocab].
+inline std::vector<float> teacher_forced(Session& s, const std::vector<int32_t>& ids) {
+    s.reset();
+    const std::span<const float> l = s.forward(ids, int64_t(ids.size()));
+    return {l.begin(), l.end()};
+}
+
+}  // namespace minfer::test

@@ -1,0 +1,138 @@
+// Golden tests against references we did not write (../shared/refs, README there): float64 HF
+// transformers for the F16/BF16 mini models, float64 on dequantized weights for the quantized files,
+// and llama.cpp's greedy output for stories260K.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "golden_util.h"
+#include "test_data.h"
+
+namespace minfer::test {
+namespace {
+
+constexpr double kLogitTol = 2e-3;  // absolute, against the float64 reference (issue acceptance)
+
+struct FloatCase {
+    const char* model;  // qwen2-mini, ...
+    const char* type;   // F16, BF16
+};
+
+class FloatGolden : public ::testing::TestWithParam<FloatCase> {};
+
+TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
+    const auto [name, type] = GetParam();
+    const std::string file = model_path(std::string(name) + "-" + type + ".gguf");
+    const std::string ref_file = ref_path(std::string(name) + ".ref.json");
+    MINFER_REQUIRE_FILE(file);
+    MINFER_REQUIRE_FILE(ref_file);
+    const auto ref = load_json(ref_file);
+    const auto model = Model::load(file);
+    Session s(*model, {512, 2});
+    const int64_t n_vocab = model->hp.n_vocab;
+
+    std::vector<float> full;
+    if (std::ifstream f(ref_path(std::string(name) + ".logits.f32"), std::ios::binary); f) {
+        f.seekg(0, std::ios::end);
+        full.resize(size_t(f.tellg()) / sizeof(float));
+        f.seekg(0);
+        f.read(reinterpret_cast<char*>(full.data()), std::streamsize(full.size() * sizeof(float)));
+    }
+    for (const auto& p : ref["prompts"]) {
+        const auto ids = p["ids"].get<std::vector<int32_t>>();
+        SCOPED_TRACE(p["text"].get<std::string>());
+        EXPECT_EQ(greedy(s, ids, 48), p["greedy_ids"].get<std::vector<int32_t>>());
+
+        const std::vector<float> logits = teacher_forced(s, ids);
+        for (size_t t = 0; t < ids.size(); ++t) {
+            const auto top_ids = p["top10_ids"][t].get<std::vector<int32_t>>();
+            const auto top_logits = p["top10_logits"][t].get<std::vector<double>>();
+            for (size_t k = 0; k < top_ids.size(); ++k)
+                ASSERT_NEAR(logits[t * size_t(n_vocab) + size_t(top_ids[k])], top_logits[k], kLogitTol)
+                    << "position " << t << " token " << top_ids[k];
+        }
+        if (!p.contains("full_logits_offset_floats") || full.empty()) continue;
+        const auto off = p["full_logits_offset_floats"].get<size_t>();
+        ASSERT_EQ(p["full_logits_shape"][1].get<int64_t>(), n_vocab);
+        ASSERT_LE(off + logits.size(), full.size());
+        double max_diff = 0;
+        for (size_t i = 0; i < logits.size(); ++i)
+            max_diff = std::max(max_diff, std::fabs(double(logits[i]) - full[off + i]));
+        EXPECT_LE(max_diff, kLogitTol) << "full logits";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FloatGolden,
+                         ::testing::Values(FloatCase{"qwen2-mini", "F16"}, FloatCase{"qwen2-mini", "BF16"},
+                                           FloatCase{"qwen3-mini", "F16"}, FloatCase{"qwen3-mini", "BF16"},
+                                           FloatCase{"llama-mini", "F16"}, FloatCase{"llama-mini", "BF16"}),
+                         [](const auto& info) {
+                             return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type;
+                         });
+
+// Quantized files: teacher-forced top-1 agreement with the float64 reference on the dequantized weights,
+// over prompt + reference greedy continuation, must be at least llama.cpp's (measured, in the issue).
+struct QuantCase {
+    const char* model;
+    const char* type;
+    double llamacpp_agreement;  // fraction of the 418 positions llama.cpp gets right
+};
+
+class QuantGolden : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(QuantGolden, TopOneAgreementAtLeastLlamaCpp) {
+    const auto [name, type, floor] = GetParam();
+    const std::string base = std::string(name) + "-" + type;
+    MINFER_REQUIRE_FILE(model_path(base + ".gguf"));
+    MINFER_REQUIRE_FILE(ref_path(base + ".ref.json"));
+    const auto ref = load_json(ref_path(base + ".ref.json"));
+    const auto model = Model::load(model_path(base + ".gguf"));
+    Session s(*model, {512, 2});
+    const auto n_vocab = size_t(model->hp.n_vocab);
+    int agree = 0, total = 0;
+    for (const auto& p : ref["prompts"]) {
+        auto ids = p["ids"].get<std::vector<int32_t>>();
+        const auto cont = p["greedy_ids"].get<std::vector<int32_t>>();
+        std::vector<int32_t> expected;
+        for (const auto& top : p["top10_ids"]) expected.push_back(top[0].get<int32_t>());
+        for (size_t j = 1; j < cont.size(); ++j)
+            expected.push_back(p["greedy_top5"][j]["ids"][0].get<int32_t>());
+        ids.insert(ids.end(), cont.begin(), cont.end() - 1);
+        const std::vector<float> logits = teacher_forced(s, ids);
+        for (size_t t = 0; t < ids.size(); ++t, ++total)
+            agree += argmax(std::span<const float>(logits.data() + t * n_vocab, n_vocab)) == expected[t];
+    }
+    EXPECT_EQ(total, 418);
+    const double rate = double(agree) / total;
+    RecordProperty("agreement", std::to_string(rate));
+    std::printf("%s: top-1 agreement %d/%d = %.2f%% (llama.cpp %.2f%%)\n", base.c_str(), agree, total,
+                100 * rate, 100 * floor);
+    EXPECT_GE(rate + 1e-9, floor);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, QuantGolden,
+    ::testing::Values(QuantCase{"qwen2-mini", "Q8_0", 0.9904}, QuantCase{"qwen2-mini", "Q6_K", 0.9689},
+                      QuantCase{"qwen2-mini", "Q5_K_M", 0.9880}, QuantCase{"qwen2-mini", "Q4_K_M", 0.9856},
+                      QuantCase{"qwen2-mini", "Q4_0", 0.9904}, QuantCase{"qwen3-mini", "Q8_0", 0.9737},
+                      QuantCase{"qwen3-mini", "Q6_K", 0.9761}, QuantCase{"qwen3-mini", "Q5_K_M", 0.9665},
+                      QuantCase{"qwen3-mini", "Q4_K_M", 0.9809}, QuantCase{"qwen3-mini", "Q4_0", 0.9856}),
+    [](const auto& info) {
+        return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type;
+    });
+
+TEST(Stories260K, GreedyMatchesLlamaCpp) {
+    MINFER_REQUIRE_FILE(model_path("stories260K.gguf"));
+    MINFER_REQUIRE_FILE(ref_path("stories260K.llamacpp.json"));
+    const auto ref = load_json(ref_path("stories260K.llamacpp.json"));
+    const auto model = Model::load(model_path("stories260K.gguf"));
+    Session s(*model, {256, 2});
+    for (const auto& p : ref["prompts"]) {
+        const auto want = p["greedy_ids"].get<std::vector<int32_t>>();
+        EXPECT_EQ(greedy(s, p["ids"].get<std::vector<int32_t>>(), int(want.size())), want) << p["text"];
+    }
+}
+
+}  // namespace
+}  // namespace minfer::test
