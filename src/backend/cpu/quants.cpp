@@ -1,0 +1,320 @@
+// The quant traits table: scalar reference dequantizers, dot products (double accumulation) and
+// round-to-nearest quantizers for every type minfer computes with, and the run-time choice between them
+// and the AVX2 kernels of quants_avx2.cpp.
+#include "backend/cpu/quants.h"
+
+#include <cpuid.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/quants_impl.h"
+#include "util/fp16.h"
+
+namespace minfer {
+namespace {
+
+using quants::BlockQ4_0;
+using quants::BlockQ4K;
+using quants::BlockQ5K;
+using quants::BlockQ6K;
+using quants::BlockQ8_0;
+using quants::k_scale_min;
+using quants::kQK0;
+using quants::kQKK;
+
+// ---- Dequantization of one block ----
+
+void deq_f32(const float& w, float* y) {
+    *y = w;
+}
+void deq_f16(const uint16_t& w, float* y) {
+    *y = fp16_to_f32(w);
+}
+void deq_bf16(const uint16_t& w, float* y) {
+    *y = bf16_to_f32(w);
+}
+
+void deq_q8_0(const BlockQ8_0& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    for (int l = 0; l < kQK0; ++l) y[l] = float(b.qs[l]) * d;
+}
+
+void deq_q4_0(const BlockQ4_0& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    for (int l = 0; l < kQK0 / 2; ++l) {
+        y[l] = float((b.qs[l] & 0xF) - 8) * d;
+        y[l + kQK0 / 2] = float((b.qs[l] >> 4) - 8) * d;
+    }
+}
+
+// Q4_K and Q5_K: sub-block j takes nibble (j & 1) of qs[32 (j / 2) + l]; Q5_K adds bit j of qh[l] as 16.
+template <class Block>
+void deq_k_type1(const Block& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    const float dmin = fp16_to_f32(b.dmin);
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        k_scale_min(b.scales, j, &sc, &m);
+        const float d1 = d * float(sc);
+        const float m1 = dmin * float(m);
+        const uint8_t* qs = b.qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        for (int l = 0; l < 32; ++l) {
+            int q = (qs[l] >> shift) & 0xF;
+            if constexpr (std::is_same_v<Block, BlockQ5K>) q |= ((b.qh[l] >> j) & 1) << 4;
+            y[32 * j + l] = std::fma(d1, float(q), -m1);
+        }
+    }
+}
+
+int q6_k_level(const BlockQ6K& b, int e) {  // q - 32 of element e, layout in quants_impl.h
+    const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+    const int lo = (b.ql[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 0xF;
+    const int hi = (b.qh[32 * h + l] >> (2 * g)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+void deq_q6_k(const BlockQ6K& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    for (int e = 0; e < kQKK; ++e) y[e] = d * float(b.scales[e / 16]) * float(q6_k_level(b, e));
+}
+
+template <class Block, int QK, void (*Deq)(const Block&, float*)>
+void to_float_ref(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const Block*>(src);
+    for (int64_t i = 0; i < n / QK; ++i) Deq(b[i], dst + i * QK);
+}
+
+template <class Block, int QK, void (*Deq)(const Block&, float*)>
+float dot_ref(const void* src, const float* x, int64_t n) {
+    const auto* b = static_cast<const Block*>(src);
+    float w[QK];
+    double acc = 0.0;
+    for (int64_t i = 0; i < n / QK; ++i) {
+        Deq(b[i], w);
+        for (int l = 0; l < QK; ++l) acc += double(w[l]) * double(x[i * QK + l]);
+    }
+    return float(acc);
+}
+
+// ---- Quantization ----
+// Every scale is rounded *up* to the next fp16 / integer step, so that no input falls outside its
+// block's grid: the error of each element is then at most half a step of its (sub-)block.
+
+uint16_t fp16_ceil(float v) {  // smallest fp16 >= v, for finite v >= 0 within fp16 range
+    uint16_t h = f32_to_fp16(v);
+    if (fp16_to_f32(h) < v) ++h;
+    return h;
+}
+
+float abs_max(const float* x, int n) {
+    float a = 0.0f;
+    for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
+    return a;
+}
+
+void quant_f32(const float* x, void* dst, int64_t n) {
+    std::memcpy(dst, x, size_t(n) * sizeof(float));
+}
+
+void quant_f16(const float* x, void* dst, int64_t n) {
+    auto* h = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(x[i]);
+}
+
+void quant_bf16(const float* x, void* dst, int64_t n) {
+    auto* h = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(x[i]);
+}
+
+// Nearest integer of x / d clamped to [lo, hi]; 0 when the step is 0 (all-zero block).
+int level(float x, float d, int lo, int hi) {
+    if (d == 0.0f) return 0;
+    return std::clamp(int(std::nearbyint(x / d)), lo, hi);
+}
+
+void quant_q8_0(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8_0*>(dst);
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        b[i].d = fp16_ceil(abs_max(x, kQK0) / 127.0f);
+        const float d = fp16_to_f32(b[i].d);
+        for (int l = 0; l < kQK0; ++l) b[i].qs[l] = int8_t(level(x[l], d, -127, 127));
+    }
+}
+
+// As ggml: the value of largest magnitude maps to level -8 (so the grid reaches 8 steps on its side);
+// an opposite-signed value beyond 7.5 steps clamps to +7.
+void quant_q4_0(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ4_0*>(dst);
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        float vmax = 0.0f;
+        for (int l = 0; l < kQK0; ++l)
+            if (std::fabs(x[l]) > std::fabs(vmax)) vmax = x[l];
+        const uint16_t mag = fp16_ceil(std::fabs(vmax) / 8.0f);
+        b[i].d = vmax > 0.0f ? uint16_t(mag | 0x8000) : mag;
+        const float d = fp16_to_f32(b[i].d);
+        for (int l = 0; l < kQK0 / 2; ++l) {
+            const int q0 = level(x[l], d, -8, 7) + 8;
+            const int q1 = level(x[l + kQK0 / 2], d, -8, 7) + 8;
+            b[i].qs[l] = uint8_t(q0 | (q1 << 4));
+        }
+    }
+}
+
+// Q4_K/Q5_K scales: sub-block j gets the grid [-m1_j, -m1_j + nmax * d1_j] covering [min(0, lo_j), hi_j],
+// with m1_j = dmin * m_j and d1_j = d * sc_j (6-bit m_j, sc_j).
+struct KGrid {
+    uint16_t d, dmin;
+    int sc[8], m[8];
+    float d1[8], m1[8];
+};
+
+KGrid choose_k_grid(const float* x, int nmax) {
+    KGrid g;
+    float lo[8], hi[8], need[8];
+    float max_min = 0.0f, max_need = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+        lo[j] = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
+        hi[j] = *std::max_element(x + 32 * j, x + 32 * j + 32);
+        max_min = std::max(max_min, -lo[j]);
+    }
+    g.dmin = fp16_ceil(max_min / 63.0f);
+    const float dmin = fp16_to_f32(g.dmin);
+    for (int j = 0; j < 8; ++j) {
+        g.m[j] = dmin > 0.0f ? std::min(63, int(std::ceil(-lo[j] / dmin))) : 0;
+        g.m1[j] = dmin * float(g.m[j]);
+        need[j] = (hi[j] + g.m1[j]) / float(nmax);
+        max_need = std::max(max_need, need[j]);
+    }
+    g.d = fp16_ceil(max_need / 63.0f);
+    const float d = fp16_to_f32(g.d);
+    for (int j = 0; j < 8; ++j) {
+        g.sc[j] = d > 0.0f ? std::min(63, int(std::ceil(need[j] / d))) : 0;
+        g.d1[j] = d * float(g.sc[j]);
+    }
+    return g;
+}
+
+// Inverse of k_scale_min: 6-bit values of sub-blocks 0..3 whole in bytes 0..7, sub-blocks 4..7 split
+// into low nibbles (bytes 8..11) and top 2 bits (top of bytes 0..7).
+void pack_k_scales(const KGrid& g, uint8_t* s) {
+    for (int j = 0; j < 4; ++j) {
+        s[j] = uint8_t(g.sc[j] | ((g.sc[j + 4] >> 4) << 6));
+        s[j + 4] = uint8_t(g.m[j] | ((g.m[j + 4] >> 4) << 6));
+        s[j + 8] = uint8_t((g.sc[j + 4] & 0xF) | ((g.m[j + 4] & 0xF) << 4));
+    }
+}
+
+template <class Block>
+void quant_k_type1(const float* x, void* dst, int64_t n) {
+    constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+    constexpr int kMax = kQ5 ? 31 : 15;
+    auto* b = static_cast<Block*>(dst);
+    for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
+        const KGrid g = choose_k_grid(x, kMax);
+        b[i].d = g.d;
+        b[i].dmin = g.dmin;
+        pack_k_scales(g, b[i].scales);
+        std::memset(b[i].qs, 0, sizeof b[i].qs);
+        if constexpr (kQ5) std::memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int e = 0; e < kQKK; ++e) {
+            const int j = e / 32, l = e % 32;
+            const int q = level(x[e] + g.m1[j], g.d1[j], 0, kMax);
+            b[i].qs[32 * (j / 2) + l] |= uint8_t((q & 0xF) << (4 * (j & 1)));
+            if constexpr (kQ5) b[i].qh[l] |= uint8_t((q >> 4) << j);
+        }
+    }
+}
+
+// Q6_K: sub-block k of 16 gets step d * sc_k >= its max |x| / 31, so levels stay within [-31, 31].
+void quant_q6_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ6K*>(dst);
+    for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
+        float need[16], max_need = 0.0f;
+        for (int k = 0; k < 16; ++k) {
+            need[k] = abs_max(x + 16 * k, 16) / 31.0f;
+            max_need = std::max(max_need, need[k]);
+        }
+        b[i].d = fp16_ceil(max_need / 127.0f);
+        const float d = fp16_to_f32(b[i].d);
+        std::memset(b[i].ql, 0, sizeof b[i].ql);
+        std::memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int k = 0; k < 16; ++k)
+            b[i].scales[k] = int8_t(d > 0.0f ? std::min(127.0f, std::ceil(need[k] / d)) : 0.0f);
+        for (int e = 0; e < kQKK; ++e) {
+            const float step = d * float(b[i].scales[e / 16]);
+            const int q = level(x[e], step, -32, 31) + 32;
+            const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+            b[i].ql[64 * h + 32 * (g & 1) + l] |= uint8_t((q & 0xF) << (4 * (g >> 1)));
+            b[i].qh[32 * h + l] |= uint8_t((q >> 4) << (2 * g));
+        }
+    }
+}
+
+// ---- The table ----
+
+template <class Block, int QK, void (*Deq)(const Block&, float*)>
+QuantTraits entry(GgmlType type, const char* name, void (*quant)(const float*, void*, int64_t),
+                  void (*to_float_simd)(const void*, float*, int64_t),
+                  float (*dot_simd)(const void*, const float*, int64_t), bool simd) {
+    QuantTraits q{};
+    q.type = type;
+    q.name = name;
+    q.block_size = QK;
+    q.type_size = sizeof(Block);
+    q.to_float_ref = to_float_ref<Block, QK, Deq>;
+    q.dot_ref = dot_ref<Block, QK, Deq>;
+    q.from_float_ref = quant;
+    q.to_float = simd ? to_float_simd : q.to_float_ref;
+    q.dot = simd ? dot_simd : q.dot_ref;
+    return q;
+}
+
+std::array<QuantTraits, 8> build_table() {
+    namespace v = quants::avx2;
+    const bool s = quants_use_avx2();
+    return {
+        entry<float, 1, deq_f32>(GgmlType::F32, "F32", quant_f32, v::to_float_f32, v::dot_f32, s),
+        entry<uint16_t, 1, deq_f16>(GgmlType::F16, "F16", quant_f16, v::to_float_f16, v::dot_f16, s),
+        entry<uint16_t, 1, deq_bf16>(GgmlType::BF16, "BF16", quant_bf16, v::to_float_bf16, v::dot_bf16, s),
+        entry<BlockQ8_0, kQK0, deq_q8_0>(GgmlType::Q8_0, "Q8_0", quant_q8_0, v::to_float_q8_0, v::dot_q8_0,
+                                         s),
+        entry<BlockQ4_0, kQK0, deq_q4_0>(GgmlType::Q4_0, "Q4_0", quant_q4_0, v::to_float_q4_0, v::dot_q4_0,
+                                         s),
+        entry<BlockQ4K, kQKK, deq_k_type1<BlockQ4K>>(GgmlType::Q4_K, "Q4_K", quant_k_type1<BlockQ4K>,
+                                                     v::to_float_q4_k, v::dot_q4_k, s),
+        entry<BlockQ5K, kQKK, deq_k_type1<BlockQ5K>>(GgmlType::Q5_K, "Q5_K", quant_k_type1<BlockQ5K>,
+                                                     v::to_float_q5_k, v::dot_q5_k, s),
+        entry<BlockQ6K, kQKK, deq_q6_k>(GgmlType::Q6_K, "Q6_K", quant_q6_k, v::to_float_q6_k, v::dot_q6_k, s),
+    };
+}
+
+}  // namespace
+
+// F16C is read from CPUID leaf 1 directly: not every compiler's __builtin_cpu_supports knows "f16c"
+// (clang 14 rejects it). The avx2 check also covers the OS saving the YMM registers.
+bool quants_use_avx2() {
+    static const bool ok = [] {
+        unsigned eax, ebx, ecx, edx;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+        return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }();
+    return ok;
+}
+
+const QuantTraits* quant_traits(GgmlType t) {
+    static const std::array<QuantTraits, 8> table = build_table();
+    for (const QuantTraits& q : table)
+        if (q.type == t) return &q;
+    return nullptr;
+}
+
+size_t quant_row_bytes(const QuantTraits& q, int64_t n) {
+    return size_t(n / q.block_size) * q.type_size;
+}
+
+}  // namespace minfer

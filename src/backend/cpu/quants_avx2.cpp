@@ -1,0 +1,350 @@
+// AVX2/FMA/F16C dequantization and quantized-row . float-vector dot products (the decode matrix-vector
+// kernel). Weights are expanded to f32 in registers, 8 at a time, and multiplied into several independent
+// f32 accumulators; x is never quantized. Dequantized values are bit-identical to the scalar
+// reference in quants.cpp (same operations in the same order, fp16 converted exactly by F16C).
+//
+// This file is compiled with -mavx2 -mfma -mf16c: it must not call inline helpers of shared headers
+// (such as util/fp16.h), whose AVX2-compiled copies the linker could hand to baseline code.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/quants_impl.h"
+
+namespace minfer::quants::avx2 {
+namespace {
+
+inline float half_to_float(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline __m256i u8x8(const uint8_t* p) {  // 8 bytes zero-extended to 32-bit lanes
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256i i8x8(const int8_t* p) {  // 8 bytes sign-extended to 32-bit lanes
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256 to_ps(__m256i v) {
+    return _mm256_cvtepi32_ps(v);
+}
+
+// Four accumulators; the 8-wide piece at element offset e of a block goes to lane (e / 8) % 4, so pieces
+// emitted one after another feed independent FMA chains.
+struct DotSink {
+    const float* x;
+    __m256 acc[4];
+    void operator()(int e, __m256 w) {
+        const int k = (e >> 3) & 3;
+        acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + e), acc[k]);
+    }
+    float sum() const {
+        return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    }
+};
+
+struct StoreSink {
+    float* y;
+    void operator()(int e, __m256 w) { _mm256_storeu_ps(y + e, w); }
+};
+
+// ---- F32 / F16 / BF16: one element per "block" ----
+
+struct F32Src {
+    static __m256 load8(const void* w, int64_t i) {
+        return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+    }
+    static float load1(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+};
+
+struct F16Src {
+    static __m256 load8(const void* w, int64_t i) {
+        const auto* p = static_cast<const uint16_t*>(w) + i;
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static float load1(const void* w, int64_t i) { return half_to_float(static_cast<const uint16_t*>(w)[i]); }
+};
+
+struct BF16Src {
+    static __m256 load8(const void* w, int64_t i) {
+        const auto* p = static_cast<const uint16_t*>(w) + i;
+        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    static float load1(const void* w, int64_t i) {
+        const uint32_t bits = uint32_t(static_cast<const uint16_t*>(w)[i]) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        return f;
+    }
+};
+
+template <class Src>
+void dense_to_float(const void* w, float* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Src::load8(w, i));
+    for (; i < n; ++i) dst[i] = Src::load1(w, i);
+}
+
+template <class Src>
+float dense_dot(const void* w, const float* x, int64_t n) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(Src::load8(w, i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    }
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(Src::load8(w, i), _mm256_loadu_ps(x + i), acc[0]);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) s += Src::load1(w, i) * x[i];
+    return s;
+}
+
+// ---- Q8_0 / Q4_0: 32-element blocks with one fp16 scale ----
+
+struct Q8_0Dec {
+    using Block = BlockQ8_0;
+    static void levels(const Block& b, __m256 q[4]) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) q[k] = to_ps(i8x8(b.qs + 8 * k));
+    }
+};
+
+struct Q4_0Dec {
+    using Block = BlockQ4_0;
+    static void levels(const Block& b, __m256 q[4]) {
+        const __m256i lo = u8x8(b.qs), hi = u8x8(b.qs + 8);
+        const __m256i mask = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+        q[0] = to_ps(_mm256_sub_epi32(_mm256_and_si256(lo, mask), eight));
+        q[1] = to_ps(_mm256_sub_epi32(_mm256_and_si256(hi, mask), eight));
+        q[2] = to_ps(_mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight));
+        q[3] = to_ps(_mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight));
+    }
+};
+
+template <class Dec>
+void block32_to_float(const void* w, float* dst, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    for (int64_t i = 0; i < n / kQK0; ++i, dst += kQK0) {
+        __m256 q[4];
+        Dec::levels(b[i], q);
+        const __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(q[k], d));
+    }
+}
+
+// sum_l q_l x_l of one block, in two independent halves.
+template <class Dec>
+inline __m256 block32_levels_dot(const typename Dec::Block& b, const float* x) {
+    __m256 q[4];
+    Dec::levels(b, q);
+    const __m256 s0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), _mm256_mul_ps(q[0], _mm256_loadu_ps(x)));
+    const __m256 s1 =
+        _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), _mm256_mul_ps(q[1], _mm256_loadu_ps(x + 8)));
+    return _mm256_add_ps(s0, s1);
+}
+
+template <class Dec>
+float block32_dot(const void* w, const float* x, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    const int64_t nb = n / kQK0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 s0 = block32_levels_dot<Dec>(b[i], x + i * kQK0);
+        const __m256 s1 = block32_levels_dot<Dec>(b[i + 1], x + (i + 1) * kQK0);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i + 1].d)), s1, acc1);
+    }
+    if (i < nb) {
+        const __m256 s0 = block32_levels_dot<Dec>(b[i], x + i * kQK0);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s0, acc0);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// ---- K-quants: a walker dequantizes a 256-element super-block 8 elements at a time and hands each
+// piece to a sink (StoreSink for to_float, DotSink for dot) ----
+
+inline __m256i load32(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Byte-lane shifts (AVX2 has none): shift 16-bit lanes, the caller masks off bits from the neighbour byte.
+inline __m256i shl_bytes(__m256i v, int n) {
+    return _mm256_slli_epi16(v, n);
+}
+inline __m256i shr_bytes(__m256i v, int n) {
+    return _mm256_srli_epi16(v, n);
+}
+
+// d * sc_j and -(dmin * m_j) for all eight sub-blocks of a Q4_K/Q5_K super-block: k_scale_min done on
+// four sub-blocks at once in 32-bit words. Bytes 0..3 (4..7) hold the scales (mins) of sub-blocks 0..3 in
+// their low 6 bits; sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 and their top
+// 2 bits from the top of bytes 0..3 (scales) and 4..7 (mins).
+inline void k_scales_mins(const uint8_t* s, float d, float dmin, float* scale, float* neg_min) {
+    uint32_t w[3];
+    std::memcpy(w, s, sizeof w);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x30303030;
+    const uint64_t sc = (w[0] & low6) | uint64_t((w[2] & low4) | ((w[0] >> 2) & top2)) << 32;
+    const uint64_t mn = (w[1] & low6) | uint64_t(((w[2] >> 4) & low4) | ((w[1] >> 2) & top2)) << 32;
+    const __m256 scv = to_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))));
+    const __m256 mnv = to_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(d), scv));
+    _mm256_storeu_ps(neg_min, _mm256_mul_ps(_mm256_set1_ps(-dmin), mnv));
+}
+
+// The 32 signed bytes of v as four 8-wide vectors of 32-bit integers.
+inline void widen_signed(__m256i v, __m256i out[4]) {
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    out[0] = _mm256_cvtepi8_epi32(lo);
+    out[1] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo));
+    out[2] = _mm256_cvtepi8_epi32(hi);
+    out[3] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi));
+}
+
+// Q4_K / Q5_K: value = fma(d * sc_j, q, -(dmin * m_j)) as in the scalar reference. Levels 0..15 (0..31):
+// sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p..32p+32); Q5_K adds bits 2p and 2p + 1
+// of qh as 16. Bytes are widened to 32-bit lanes straight from memory (one shuffle per 8 elements) and
+// the bit fields extracted there.
+template <class Block, class Sink>
+inline void walk_k_type1(const Block& b, Sink& sink) {
+    constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+    float scale[8], neg_min[8];
+    k_scales_mins(b.scales, half_to_float(b.d), half_to_float(b.dmin), scale, neg_min);
+    const __m256i mask = _mm256_set1_epi32(0xF), bit4 = _mm256_set1_epi32(16);
+    __m256i qh4[4];  // Q5_K only: qh of elements 8c..8c+8 shifted up by 4, so (qh4 >> j) & 16 is bit j
+    if constexpr (kQ5) {
+        for (int c = 0; c < 4; ++c) qh4[c] = _mm256_slli_epi32(u8x8(b.qh + 8 * c), 4);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+        const __m256 d_lo = _mm256_set1_ps(scale[2 * p]), m_lo = _mm256_set1_ps(neg_min[2 * p]);
+        const __m256 d_hi = _mm256_set1_ps(scale[2 * p + 1]), m_hi = _mm256_set1_ps(neg_min[2 * p + 1]);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m256i v = u8x8(b.qs + 32 * p + 8 * c);
+            __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_srli_epi32(v, 4);
+            if constexpr (kQ5) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi32(qh4[c], 2 * p), bit4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi32(qh4[c], 2 * p + 1), bit4));
+            }
+            sink(64 * p + 8 * c, _mm256_fmadd_ps(to_ps(lo), d_lo, m_lo));
+            sink(64 * p + 32 + 8 * c, _mm256_fmadd_ps(to_ps(hi), d_hi, m_hi));
+        }
+    }
+}
+
+// Q6_K: value = (d * scales[e / 16]) * (q - 32). Per 128-element half, groups g = 0..3 of 32 take the
+// low (g < 2) or high nibble of ql[32 (g & 1) + l] and bits 2g, 2g + 1 of qh[l]; the levels of 32
+// elements are assembled at once in byte lanes, then widened in registers.
+template <class Sink>
+inline void walk_q6_k(const BlockQ6K& b, Sink& sink) {
+    float scale[16];
+    const __m256 d = _mm256_set1_ps(half_to_float(b.d));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(d, to_ps(i8x8(b.scales))));
+    _mm256_storeu_ps(scale + 8, _mm256_mul_ps(d, to_ps(i8x8(b.scales + 8))));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+    const __m256i bias = _mm256_set1_epi8(32);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32);
+        const __m256i qh = load32(b.qh + 32 * h);
+        const __m256i g[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(shl_bytes(qh, 4), top2)),
+            _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(shl_bytes(qh, 2), top2)),
+            _mm256_or_si256(_mm256_and_si256(shr_bytes(a, 4), low4), _mm256_and_si256(qh, top2)),
+            _mm256_or_si256(_mm256_and_si256(shr_bytes(c, 4), low4),
+                            _mm256_and_si256(shr_bytes(qh, 2), top2)),
+        };
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            __m256i q[4];
+            widen_signed(_mm256_sub_epi8(g[k], bias), q);
+            const int e = 128 * h + 32 * k;
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i)
+                sink(e + 8 * i, _mm256_mul_ps(to_ps(q[i]), _mm256_set1_ps(scale[e / 16 + i / 2])));
+        }
+    }
+}
+
+template <class Block, void (*Walk)(const Block&, StoreSink&)>
+void k_to_float(const void* w, float* dst, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    StoreSink sink{dst};
+    for (int64_t i = 0; i < n / kQKK; ++i, sink.y += kQKK) Walk(b[i], sink);
+}
+
+template <class Block, void (*Walk)(const Block&, DotSink&)>
+float k_dot(const void* w, const float* x, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    DotSink sink{x, {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int64_t i = 0; i < n / kQKK; ++i, sink.x += kQKK) Walk(b[i], sink);
+    return sink.sum();
+}
+
+}  // namespace
+
+void to_float_f32(const void* w, float* dst, int64_t n) {
+    dense_to_float<F32Src>(w, dst, n);
+}
+void to_float_f16(const void* w, float* dst, int64_t n) {
+    dense_to_float<F16Src>(w, dst, n);
+}
+void to_float_bf16(const void* w, float* dst, int64_t n) {
+    dense_to_float<BF16Src>(w, dst, n);
+}
+void to_float_q8_0(const void* w, float* dst, int64_t n) {
+    block32_to_float<Q8_0Dec>(w, dst, n);
+}
+void to_float_q4_0(const void* w, float* dst, int64_t n) {
+    block32_to_float<Q4_0Dec>(w, dst, n);
+}
+void to_float_q4_k(const void* w, float* dst, int64_t n) {
+    k_to_float<BlockQ4K, walk_k_type1<BlockQ4K, StoreSink>>(w, dst, n);
+}
+void to_float_q5_k(const void* w, float* dst, int64_t n) {
+    k_to_float<BlockQ5K, walk_k_type1<BlockQ5K, StoreSink>>(w, dst, n);
+}
+void to_float_q6_k(const void* w, float* dst, int64_t n) {
+    k_to_float<BlockQ6K, walk_q6_k<StoreSink>>(w, dst, n);
+}
+
+float dot_f32(const void* w, const float* x, int64_t n) {
+    return dense_dot<F32Src>(w, x, n);
+}
+float dot_f16(const void* w, const float* x, int64_t n) {
+    return dense_dot<F16Src>(w, x, n);
+}
+float dot_bf16(const void* w, const float* x, int64_t n) {
+    return dense_dot<BF16Src>(w, x, n);
+}
+float dot_q8_0(const void* w, const float* x, int64_t n) {
+    return block32_dot<Q8_0Dec>(w, x, n);
+}
+float dot_q4_0(const void* w, const float* x, int64_t n) {
+    return block32_dot<Q4_0Dec>(w, x, n);
+}
+float dot_q4_k(const void* w, const float* x, int64_t n) {
+    return k_dot<BlockQ4K, walk_k_type1<BlockQ4K, DotSink>>(w, x, n);
+}
+float dot_q5_k(const void* w, const float* x, int64_t n) {
+    return k_dot<BlockQ5K, walk_k_type1<BlockQ5K, DotSink>>(w, x, n);
+}
+float dot_q6_k(const void* w, const float* x, int64_t n) {
+    return k_dot<BlockQ6K, walk_q6_k<DotSink>>(w, x, n);
+}
+
+}  // namespace minfer::quants::avx2

@@ -1,0 +1,96 @@
+// Internal to the quant traits table: ggml's block layouts (byte for byte as in GGUF files) and the
+// AVX2/FMA/F16C kernels defined in quants_avx2.cpp. Call the avx2 functions only after
+// quants_use_avx2() said yes.
+//
+// Everything defined here is `static` on purpose: this header is included both by quants.cpp (baseline
+// x86-64) and by quants_avx2.cpp (-mavx2 -mfma -mf16c). Functions with external linkage compiled in both
+// would be merged by the linker, which could hand an AVX2-compiled copy to the baseline code.
+#pragma once
+#include <cstdint>
+
+namespace minfer::quants {
+
+inline constexpr int kQK0 = 32;   // elements per Q8_0 / Q4_0 block
+inline constexpr int kQKK = 256;  // elements per K-quant super-block
+
+struct BlockQ8_0 {
+    uint16_t d;  // fp16 scale
+    int8_t qs[kQK0];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// Element j (< 16) is the low nibble of qs[j], element j + 16 the high nibble; value = d * (q - 8).
+struct BlockQ4_0 {
+    uint16_t d;
+    uint8_t qs[kQK0 / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// 8 sub-blocks of 32; value = d * sc_j * q - dmin * m_j with 6-bit sc_j, m_j packed in `scales`.
+// qs[32p + l] holds element 64p + l (low nibble) and 64p + 32 + l (high nibble). minfer evaluates the
+// value as one fused multiply-add, fma(d * sc_j, q, -(dmin * m_j)), so that the scalar and SIMD versions
+// agree bit for bit whatever the compiler's contraction settings (ggml rounds twice: <= 1 ulp apart).
+struct BlockQ4K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ4K) == 144);
+
+// As Q4_K with a fifth bit: bit 2p of qh[l] for element 64p + l, bit 2p + 1 for element 64p + 32 + l.
+struct BlockQ5K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[kQKK / 8];
+    uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ5K) == 176);
+
+// 16 sub-blocks of 16 with int8 scales; value = d * scales[e / 16] * (q - 32). For element
+// e = 128h + 32g + l: the low 4 bits are a nibble of ql[64h + l + 32 (g & 1)] (high nibble when g >= 2),
+// the top 2 bits are bits 2g, 2g + 1 of qh[32h + l].
+struct BlockQ6K {
+    uint8_t ql[kQKK / 2];
+    uint8_t qh[kQKK / 4];
+    int8_t scales[kQKK / 16];
+    uint16_t d;
+};
+static_assert(sizeof(BlockQ6K) == 210);
+
+// 6-bit scale and min of Q4_K/Q5_K sub-block j (0..7), as ggml's get_scale_min_k4: sub-blocks 0..3 use
+// the low 6 bits of bytes j and j + 4; sub-blocks 4..7 take their low 4 bits from byte j + 4 and their
+// top 2 bits from the spare top bits of bytes j - 4 (scale) and j (min).
+static inline void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+namespace avx2 {
+
+void to_float_f32(const void* blocks, float* dst, int64_t n);
+void to_float_f16(const void* blocks, float* dst, int64_t n);
+void to_float_bf16(const void* blocks, float* dst, int64_t n);
+void to_float_q8_0(const void* blocks, float* dst, int64_t n);
+void to_float_q4_0(const void* blocks, float* dst, int64_t n);
+void to_float_q4_k(const void* blocks, float* dst, int64_t n);
+void to_float_q5_k(const void* blocks, float* dst, int64_t n);
+void to_float_q6_k(const void* blocks, float* dst, int64_t n);
+
+float dot_f32(const void* blocks, const float* x, int64_t n);
+float dot_f16(const void* blocks, const float* x, int64_t n);
+float dot_bf16(const void* blocks, const float* x, int64_t n);
+float dot_q8_0(const void* blocks, const float* x, int64_t n);
+float dot_q4_0(const void* blocks, const float* x, int64_t n);
+float dot_q4_k(const void* blocks, const float* x, int64_t n);
+float dot_q5_k(const void* blocks, const float* x, int64_t n);
+float dot_q6_k(const void* blocks, const float* x, int64_t n);
+
+}  // namespace avx2
+}  // namespace minfer::quants
