@@ -4,13 +4,12 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/quants.h"
+
 namespace minfer::cpu {
 
-inline bool cpu_has_avx2() {
-    static const bool ok =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return ok;
-}
+// One CPU feature probe for every kernel family: the quant table's (backend/cpu/quants.h).
+inline bool cpu_has_avx2() { return quants_use_avx2(); }
 
 namespace avx2 {
 
