@@ -12,35 +12,38 @@ namespace minfer {
 class GgufFile;
 
 class Tokenizer {
-public:
+  public:
     // Reads the vocabulary from `f`; throws Error naming the file when it is missing or unsupported.
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& f);
     virtual ~Tokenizer() = default;
 
     // add_bos: prepend BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token).
-    // parse_special: recognise added/special tokens written in the text; when false they are plain text.
+    // parse_special: recognise control tokens (<|im_start|>, <s>, ...) written in the text; when false they
+    // are plain text. User-defined added tokens (<think>, <tool_call>, ...) are always recognised, as in HF
+    // tokenizers and llama.cpp.
     // Invalid UTF-8 in `text` is replaced with U+FFFD, never a crash.
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const = 0;
     // Bytes of one token as it appears in text (byte-level/byte-fallback decoded, ▁ -> space).
     virtual std::string token_to_bytes(int32_t id) const = 0;
+    // Concatenated token bytes; invalid UTF-8 in the result is replaced with U+FFFD.
     std::string decode(const std::vector<int32_t>& ids) const;
 
     virtual int32_t n_vocab() const = 0;
     virtual const std::string& token_text(int32_t id) const = 0;  // the vocabulary string, as stored
-    virtual int32_t bos_id() const = 0;  // -1 when none
-    virtual int32_t eos_id() const = 0;  // -1 when none
+    virtual int32_t bos_id() const = 0;                           // -1 when none
+    virtual int32_t eos_id() const = 0;                           // -1 when none
     virtual bool is_eog(int32_t id) const = 0;  // end of generation: eos, eot, <|im_end|>, ...
 };
 
 // Turns a token stream into text without ever emitting half a UTF-8 character: feed() returns the
 // complete characters available so far; flush() returns what is left (invalid tails as U+FFFD).
 class StreamDecoder {
-public:
+  public:
     explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
     std::string feed(int32_t id);
     std::string flush();
 
-private:
+  private:
     const Tokenizer& tok_;
     std::string pending_;
 };
