@@ -28,5 +28,6 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
 
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);
 
 }  // namespace minfer

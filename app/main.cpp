@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     minfer::add_run_command(app);
     minfer::add_eval_command(app);
+    minfer::add_tokenize_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,88 @@
+// minfer tokenize / detokenize / template: the tokenizer and chat template stage on its own.
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "gguf/gguf.h"
+#include "tokenizer/template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+struct TokenizeOptions {
+    std::string model, prompt, ids, messages;
+    bool no_special = false, json = false, add_generation_prompt = false;
+};
+
+std::unique_ptr<GgufFile> open_model(const std::string& path) {
+    return GgufFile::open(path.empty() ? default_model_path() : path);
+}
+
+void tokenize(const TokenizeOptions& o) {
+    const auto file = open_model(o.model);
+    const auto tok = Tokenizer::from_gguf(*file);
+    const std::vector<int32_t> ids = tok->encode(o.prompt, true, !o.no_special);
+    if (!o.json) {
+        for (int32_t id : ids) std::cout << id << " '" << tok->token_to_bytes(id) << "'\n";
+        return;
+    }
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int32_t id : ids) pieces.push_back(tok->token_to_bytes(id));
+    std::cout << nlohmann::json{{"ids", ids}, {"pieces", pieces}}.dump(
+                     -1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+}
+
+void detokenize(const TokenizeOptions& o) {
+    const auto file = open_model(o.model);
+    const auto tok = Tokenizer::from_gguf(*file);
+    const std::vector<int32_t> ids = parse_ids(o.ids, "--ids");
+    for (int32_t id : ids)
+        if (id < 0 || id >= tok->n_vocab())
+            throw Error("--ids: token id " + std::to_string(id) + " is out of range [0, " +
+                        std::to_string(tok->n_vocab()) + ")");
+    std::cout << tok->decode(ids) << "\n";
+}
+
+void render_template(const TokenizeOptions& o) {
+    const auto file = open_model(o.model);
+    if (!file->has("tokenizer.chat_template")) throw Error(file->path() + ": the model has no chat template");
+    std::ifstream f(o.messages);
+    if (!f) throw Error(o.messages + ": cannot open");
+    const auto messages = nlohmann::ordered_json::parse(f, nullptr, false);
+    if (messages.is_discarded() || !messages.is_array())
+        throw Error(o.messages + ": expected a JSON array of messages");
+    std::cout << render_chat_template(file->get_str("tokenizer.chat_template"), messages,
+                                      o.add_generation_prompt);
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app) {
+    auto o = std::make_shared<TokenizeOptions>();
+    CLI::App* t = app.add_subcommand("tokenize", "Text to token ids");
+    t->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    t->add_option("-p,--prompt", o->prompt, "Text")->required();
+    t->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");
+    t->add_flag("--json", o->json, "Print {ids, pieces}");
+    t->callback([o] { tokenize(*o); });
+
+    CLI::App* d = app.add_subcommand("detokenize", "Token ids to text");
+    d->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    d->add_option("--ids", o->ids, "Comma-separated token ids")->required();
+    d->callback([o] { detokenize(*o); });
+
+    CLI::App* c = app.add_subcommand("template", "Render the model's chat template");
+    c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    c->add_option("--messages", o->messages, "JSON file: [{\"role\":…, \"content\":…}, …]")->required();
+    c->add_flag("--add-generation-prompt", o->add_generation_prompt, "End with the assistant prompt");
+    c->callback([o] { render_template(*o); });
+}
+
+}  // namespace minfer
