@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <functional>
+#include <queue>
 #include <sstream>
 
 #include "util/error.h"
@@ -35,19 +37,26 @@ std::vector<NodeId> ComputeGraph::topo_order() const {
         indegree[size_t(node.id)] = int(node.src.size());
     }
     const auto cons = consumers();
-    std::vector<NodeId> order, ready;
-    for (NodeId i = n - 1; i >= 0; --i)  // stack: pop smallest id first, so build order is kept
-        if (indegree[size_t(i)] == 0) ready.push_back(i);
+    std::vector<NodeId> order;
+    // Min-heap: the smallest ready id first gives the lexicographically smallest topological order,
+    // which is build order exactly when every edge points to an earlier node.
+    std::priority_queue<NodeId, std::vector<NodeId>, std::greater<>> ready;
+    for (NodeId i = 0; i < n; ++i)
+        if (indegree[size_t(i)] == 0) ready.push(i);
     while (!ready.empty()) {
-        const NodeId id = ready.back();
-        ready.pop_back();
+        const NodeId id = ready.top();
+        ready.pop();
         order.push_back(id);
-        for (auto it = cons[size_t(id)].rbegin(); it != cons[size_t(id)].rend(); ++it)
-            if (--indegree[size_t(*it)] == 0) ready.push_back(*it);
+        for (NodeId c : cons[size_t(id)])
+            if (--indegree[size_t(c)] == 0) ready.push(c);
     }
     if (order.size() != nodes.size())
         throw Error("graph: cycle detected (" + std::to_string(nodes.size() - order.size()) +
                     " nodes unreachable in topological order)");
+    for (NodeId i = 0; i < n; ++i)
+        if (order[size_t(i)] != i)  // execution follows build order, so it must be topological
+            throw Error("graph: node " + std::to_string(order[size_t(i)]) +
+                        " must run before an earlier-built node that reads it");
     return order;
 }
 

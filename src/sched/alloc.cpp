@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "sched/passes.h"
 #include "util/error.h"
@@ -91,14 +92,17 @@ BufferPlan plan_buffers(const ComputeGraph& g) {
 
 void KvCache::reserve(const ComputeGraph& g) {
     for (const CNode& n : g.nodes) {
+        // Loads too: a fused decode graph stores K/V inside FusedQKV and has only the load views.
         const auto* st = std::get_if<op::KvcacheStore>(&n.op);
-        if (!st) continue;
+        const auto* ld = std::get_if<op::KvcacheLoad>(&n.op);
+        if (!st && !ld) continue;
+        const int layer = st ? st->layer : ld->layer;
         const int64_t n_embd = n.shape[0], n_ctx = n.shape[1];
-        if (size_t(st->layer) >= regions_.size()) regions_.resize(size_t(st->layer) + 1);
-        Region& r = regions_[size_t(st->layer)];
+        if (size_t(layer) >= regions_.size()) regions_.resize(size_t(layer) + 1);
+        Region& r = regions_[size_t(layer)];
         if (r.n_embd == n_embd && r.n_ctx == n_ctx) continue;  // survives the rebuild untouched
         if (r.n_embd != 0)
-            throw Error("KV region of layer " + std::to_string(st->layer) +
+            throw Error("KV region of layer " + std::to_string(layer) +
                         " was declared with a different shape");
         r.n_embd = n_embd;
         r.n_ctx = n_ctx;
@@ -108,6 +112,10 @@ void KvCache::reserve(const ComputeGraph& g) {
 }
 
 KvCache::Region& KvCache::layer(int il) {
+    return const_cast<Region&>(std::as_const(*this).layer(il));
+}
+
+const KvCache::Region& KvCache::layer(int il) const {
     if (il < 0 || size_t(il) >= regions_.size() || regions_[size_t(il)].n_embd == 0)
         throw Error("no KV region for layer " + std::to_string(il));
     return regions_[size_t(il)];

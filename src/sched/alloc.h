@@ -1,6 +1,7 @@
 // Memory for one graph: a liveness allocator that lets nodes whose lifetimes do not overlap share
 // arena space, and the persistent per-layer KV regions, sized from the kv_store nodes' declared
-// shapes, that survive graph rebuilds (only ordinary buffers are recycled).
+// shapes of the kv_store / kv_load nodes, that survive graph rebuilds (only ordinary buffers are
+// recycled).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,6 +33,7 @@ class KvCache {
     // Creates the regions declared by g's kv_store nodes that do not exist yet.
     void reserve(const ComputeGraph& g);
     Region& layer(int il);
+    const Region& layer(int il) const;
     size_t n_layers() const { return regions_.size(); }
     size_t bytes() const;
 

@@ -1,0 +1,288 @@
+// Graph invariants observed through execution (design seed 05, §2.6–2.8, 3.4): KV nodes carry only
+// their layer, KV regions survive rebuilds, the n_out tail equals the full graph's last rows, one
+// build per distinct GraphParams, and fused decode graphs compute what the unfused ones do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "gguf/gguf_test_util.h"
+#include "models/model.h"
+#include "models/synth.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "sched/passes.h"
+#include "test_data.h"
+
+namespace minfer::test {
+namespace {
+
+// A tiny synthetic model of `arch`, written to a scratch directory that outlives every test.
+std::unique_ptr<Model> synth(const std::string& arch, int n_layer) {
+    static TempDir dir;
+    static int count = 0;
+    SynthSpec s;
+    s.arch = arch;
+    s.n_layer = n_layer;
+    const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
+    write_synth_model(s, path);
+    return Model::load(path);
+}
+
+// Token ids spread over the vocabulary.
+std::vector<int32_t> prompt(int64_t n, int64_t n_vocab, int64_t salt = 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13 + salt * 104729) % n_vocab);
+    return ids;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
+const KvCache::Region& kv_region(const Session& s, int il) {
+    return s.kv().layer(il);
+}
+
+// Rows [0, n) of every layer's K and V regions.
+std::vector<float> kv_rows(const Session& s, int n_layer, int64_t n) {
+    std::vector<float> out;
+    for (int il = 0; il < n_layer; ++il) {
+        const KvCache::Region& r = kv_region(s, il);
+        out.insert(out.end(), r.k.begin(), r.k.begin() + n * r.n_embd);
+        out.insert(out.end(), r.v.begin(), r.v.begin() + n * r.n_embd);
+    }
+    return out;
+}
+
+// ---- positions are data ----------------------------------------------------------------------
+
+TEST(Graph, kv_nodes_carry_layer_only) {
+    static_assert(sizeof(op::KvcacheStore) == sizeof(int) && sizeof(op::KvcacheLoad) == sizeof(int),
+                  "KV ops carry their layer and nothing positional");
+    constexpr int L = 3;
+    const auto m = synth("qwen2", L);
+    Session a(*m, {64, 1}), b(*m, {64, 1});
+    b.forward(prompt(5, m->hp.n_vocab), 1);
+    ASSERT_EQ(b.n_past(), 5);
+
+    // Two sessions at different n_past ask for the same params and get the same graph.
+    EXPECT_EQ(a.params_for(4, 1), b.params_for(4, 1));
+    const ComputeGraph g = a.planned_graph(a.params_for(4, 1));
+    EXPECT_EQ(structural_diff(g, b.planned_graph(b.params_for(4, 1))), std::nullopt);
+
+    const NodeId positions = g.find_input("positions");
+    std::vector<int> stores(L, 0), loads(L, 0);
+    for (const CNode& n : g.nodes) {
+        if (const auto* st = std::get_if<op::KvcacheStore>(&n.op)) {
+            ++stores[size_t(st->layer)];
+            ASSERT_EQ(n.src.size(), 3u);
+            EXPECT_EQ(n.src[2], positions) << "where to write arrives as data";
+            EXPECT_EQ(n.shape, (Shape{m->hp.n_kv_embd(), 64, 1, 1})) << "the region, not the rows written";
+        }
+        if (const auto* ld = std::get_if<op::KvcacheLoad>(&n.op)) {
+            ++loads[size_t(ld->layer)];
+            EXPECT_TRUE(n.src.empty()) << "kv_load is a view with no edges in";
+            EXPECT_EQ(n.shape, (Shape{m->hp.n_kv_embd(), 64, 1, 1}));
+        }
+    }
+    EXPECT_EQ(stores, std::vector<int>(L, 1));
+    EXPECT_EQ(loads, std::vector<int>(L, 1));
+
+    // Running the same params at a later n_past replays the cached graph.
+    b.forward(prompt(4, m->hp.n_vocab, 1), 1);
+    const uint64_t builds = b.graph_builds(), uid = b.graph().uid;
+    b.forward(prompt(4, m->hp.n_vocab, 2), 1);
+    EXPECT_EQ(b.n_past(), 13);
+    EXPECT_EQ(b.graph_builds(), builds);
+    EXPECT_EQ(b.graph().uid, uid);
+}
+
+// ---- reuse over a generation -------------------------------------------------------------------
+
+TEST(Reuse, graph_built_once_per_params_over_100_token_generation) {
+    const auto m = synth("qwen2", 2);
+    Session s(*m, {128, 2});
+    std::span<const float> logits = s.forward(prompt(6, m->hp.n_vocab), 1);
+    EXPECT_EQ(s.graph_builds(), 1u);
+    uint64_t decode_uid = 0;
+    for (int step = 0; step < 100; ++step) {
+        const int32_t tok = argmax(logits);
+        logits = s.forward(std::span<const int32_t>(&tok, 1), 1);
+        if (step == 0) decode_uid = s.graph().uid;
+        ASSERT_EQ(s.graph().uid, decode_uid) << "decode graph rebuilt at step " << step;
+    }
+    EXPECT_EQ(s.graph_builds(), 2u) << "one prefill graph, one decode graph";
+    EXPECT_EQ(s.n_past(), 106);
+}
+
+// ---- KV regions across rebuilds ----------------------------------------------------------------
+
+TEST(Alloc, allocator_survives_rebuild) {
+    constexpr int L = 2;
+    const auto m = synth("qwen2", L);
+    const std::vector<int32_t> ids = prompt(8, m->hp.n_vocab);
+    const std::vector<int32_t> more = prompt(12, m->hp.n_vocab, 3);
+
+    // A: prefill 5, then 3 single-token steps (a rebuild: n_tokens 5 -> 1), then 12 more (another
+    // rebuild with a larger arena). B: the 8 tokens at once, then the same 12.
+    Session a(*m, {64, 2}), b(*m, {64, 2});
+    a.forward(std::span(ids).first(5), 1);
+    const std::vector<float> kv_before = kv_rows(a, L, 5);
+    std::vector<float> la;
+    for (size_t i = 5; i < ids.size(); ++i) {
+        const std::span<const float> l = a.forward(std::span(ids).subspan(i, 1), 1);
+        la.assign(l.begin(), l.end());
+    }
+    EXPECT_EQ(a.graph_builds(), 2u);
+    EXPECT_EQ(kv_rows(a, L, 5), kv_before) << "the rebuild touched KV rows of earlier positions";
+
+    const std::span<const float> lb = b.forward(ids, 1);
+    ASSERT_EQ(la.size(), lb.size());
+    EXPECT_LE(max_abs_diff(la, lb), 1e-4f);
+    EXPECT_LE(max_abs_diff(kv_rows(a, L, 8), kv_rows(b, L, 8)), 1e-4f);
+
+    const std::vector<float> kv_mid = kv_rows(a, L, 8);
+    const std::span<const float> la2 = a.forward(more, 1);
+    EXPECT_EQ(a.graph_builds(), 3u);
+    EXPECT_EQ(kv_rows(a, L, 8), kv_mid) << "the growing rebuild touched KV rows of earlier positions";
+    const std::vector<float> la2_copy(la2.begin(), la2.end());
+    EXPECT_LE(max_abs_diff(la2_copy, b.forward(more, 1)), 1e-4f);
+}
+
+// ---- the n_out tail (§2.8) ---------------------------------------------------------------------
+
+void expect_tail_matches_full(const Model& m, float tol) {
+    const std::vector<int32_t> ids = prompt(11, m.hp.n_vocab);
+    const auto nt = int64_t(ids.size()), nv = m.hp.n_vocab;
+    Session s(m, {64, 2});
+    const std::span<const float> all = s.forward(ids, nt);
+    ASSERT_EQ(int64_t(all.size()), nt * nv);
+    EXPECT_EQ(s.graph().find_input("tail_ids"), -1) << "n_out == nt needs no tail";
+    const std::vector<float> full(all.begin(), all.end());
+    for (const int64_t n_out : {int64_t(1), int64_t(3)}) {
+        s.reset();
+        const std::span<const float> tail = s.forward(ids, n_out);
+        ASSERT_EQ(int64_t(tail.size()), n_out * nv);
+        EXPECT_GE(s.graph().find_input("tail_ids"), 0);
+        EXPECT_LE(max_abs_diff(tail, std::span(full).subspan(size_t((nt - n_out) * nv))), tol)
+            << "n_out " << n_out;
+    }
+}
+
+TEST(Tail, tail_reduction_matches_full_nt) {
+    for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+        SCOPED_TRACE(arch);
+        expect_tail_matches_full(*synth(arch, 2), 1e-5f);
+    }
+    const std::string file = model_path("qwen2-mini-F16.gguf");
+    MINFER_REQUIRE_FILE(file);
+    expect_tail_matches_full(*Model::load(file), 1e-5f);
+}
+
+// ---- fused decode vs unfused (§2.6, pitfall 4) ---------------------------------------------------
+
+// Runs graphs built for any GraphParams through the production passes (validate, assign backends,
+// SwiGLU fusion, buffer plan) on the CPU backend, which also implements the fused decode ops.
+// A Session cannot: it always builds with gpu = false, which disables the decode fusions.
+class Driver {
+  public:
+    explicit Driver(const Model& m) : m_(m), cpu_(*m.file, 2), backends_{&cpu_} {}
+
+    // Runs `tokens` at the next positions with n_out = n_tokens; returns the last row of logits.
+    std::vector<float> forward(std::span<const int32_t> tokens, bool gpu, bool fuse) {
+        CParams c;
+        c.n_ctx = 64;
+        c.gpu = gpu;
+        c.fuse_qkv = c.fuse_ffn = fuse;
+        const auto nt = int64_t(tokens.size());
+        graph_ = m_.build_graph(m_, GraphParams::make(nt, nt, c));
+        graph_.topo_order();
+        assign_backends(graph_, backends_);
+        fuse_swiglu(graph_, backends_);  // on the unfused graph too: the same SwiGLU kernel
+        cpu_.prepare(graph_);
+        kv_.reserve(graph_);
+        exec_.bind(plan_buffers(graph_));
+        std::vector<int32_t> pos(tokens.size());
+        std::iota(pos.begin(), pos.end(), int32_t(n_past_));
+        exec_.fill_input(graph_.find_input("token_ids"), tokens);
+        exec_.fill_input(graph_.find_input("positions"), pos);
+        exec_.run(graph_, backends_);
+        n_past_ += nt;
+        const float* out = exec_.data(graph_.outputs.front());
+        return {out + (nt - 1) * m_.hp.n_vocab, out + nt * m_.hp.n_vocab};
+    }
+    const ComputeGraph& graph() const { return graph_; }
+
+  private:
+    const Model& m_;
+    CpuBackend cpu_;
+    std::vector<Backend*> backends_;
+    KvCache kv_;
+    Executor exec_{kv_};
+    ComputeGraph graph_;
+    int64_t n_past_ = 0;
+};
+
+bool has_op(const ComputeGraph& g, auto pred) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const CNode& n) { return pred(n.op); });
+}
+
+void expect_fused_matches_unfused(const Model& m, const char* fused_op) {
+    Driver fused(m), plain(m);
+    const std::vector<int32_t> ids = prompt(5, m.hp.n_vocab);
+    std::vector<float> lf = fused.forward(ids, true, true);
+    ASSERT_EQ(lf, plain.forward(ids, true, false)) << "prefill graphs are never fused";
+    for (int step = 0; step < 4; ++step) {
+        const int32_t tok = argmax(lf);
+        lf = fused.forward(std::span(&tok, 1), true, true);
+        const std::vector<float> lp = plain.forward(std::span(&tok, 1), true, false);
+        EXPECT_TRUE(has_op(fused.graph(), [&](const Op& o) { return op_name(o) == std::string(fused_op); }));
+        EXPECT_TRUE(
+            has_op(fused.graph(), [](const Op& o) { return std::holds_alternative<op::FusedFFN>(o); }));
+        EXPECT_FALSE(
+            has_op(plain.graph(), [](const Op& o) { return std::holds_alternative<op::FusedFFN>(o); }));
+        ASSERT_EQ(lf, lp) << "step " << step << ", max diff " << max_abs_diff(lf, lp);
+    }
+}
+
+TEST(Fused, fused_qkv_matches_unfused_decode) {
+    {
+        SCOPED_TRACE("qwen2: FusedQKV");
+        expect_fused_matches_unfused(*synth("qwen2", 2), "FusedQKV");
+    }
+    {
+        SCOPED_TRACE("qwen3: FusedQkvNorm");
+        expect_fused_matches_unfused(*synth("qwen3", 2), "FusedQkvNorm");
+    }
+    {
+        // The declared type of V differs, which selects the epilogue-only class; the CPU backend reads
+        // the real (F32) tensor, so the numbers stay comparable.
+        SCOPED_TRACE("qwen2, mixed types: QkvBiasRopeStore");
+        const auto m = synth("qwen2", 2);
+        for (LayerWeights& l : m->layers) l.wv.type = GgmlType::Q8_0;
+        expect_fused_matches_unfused(*m, "QkvBiasRopeStore");
+    }
+}
+
+// A decode graph can be a session's first graph (a one-token prompt). Its KV regions must then come
+// from the nodes the fused graph does have: with FusedQKV there is no kv_store, only kv_load views.
+TEST(Fused, fused_decode_as_first_graph_has_kv_regions) {
+    const auto m = synth("qwen2", 2);
+    Driver fused(*m), plain(*m);
+    const std::vector<int32_t> tok = prompt(1, m->hp.n_vocab);
+    std::vector<float> lf;
+    ASSERT_NO_THROW(lf = fused.forward(tok, true, true));
+    EXPECT_EQ(lf, plain.forward(tok, true, false));
+}
+
+}  // namespace
+}  // namespace minfer::test
