@@ -42,10 +42,14 @@ void eval(const EvalOptions& o) {
     Session session(*model, {o.n_ctx, o.threads});
     const auto nt = int64_t(ids.size());
     if (o.dump.requested()) return dump_graph(session, session.params_for(nt, nt), o.dump);
+    std::ofstream f;
+    if (!o.all_logits.empty()) {
+        f.open(o.all_logits, std::ios::binary);
+        if (!f) throw Error(o.all_logits + ": cannot open for writing");
+    }
     const std::span<const float> logits = session.forward(ids, nt);
     const int64_t n_vocab = model->hp.n_vocab;
-    if (!o.all_logits.empty()) {
-        std::ofstream f(o.all_logits, std::ios::binary);
+    if (f.is_open()) {
         f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size_bytes()));
         if (!f) throw Error(o.all_logits + ": write failed");
     }
@@ -63,10 +67,10 @@ void add_eval_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("eval", "Teacher-forced logits over given token ids");
     c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
     c->add_option("--prompt-ids", o->prompt_ids, "Token ids, comma-separated")->required();
-    c->add_option("--top-k", o->top_k, "Logits reported per position")->check(CLI::PositiveNumber);
+    c->add_option("--top-k", o->top_k, "Logits reported per position")->check(int_in(1, 1 << 30));
     c->add_option("--all-logits", o->all_logits, "Write all logits as float32 [position][vocab] to FILE");
-    c->add_option("-c,--ctx-size", o->n_ctx, "Context size")->check(CLI::NonNegativeNumber);
-    c->add_option("-t,--threads", o->threads, "Threads")->check(CLI::NonNegativeNumber);
+    c->add_option("-c,--ctx-size", o->n_ctx, "Context size")->check(int_in(0, 1 << 24));
+    c->add_option("-t,--threads", o->threads, "Threads")->check(int_in(0, 1024));
     c->add_flag("--json", o->json, "Compact JSON");
     o->dump.add_to(*c);
     c->callback([o] { eval(*o); });

@@ -29,6 +29,20 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
     return ids;
 }
 
+CLI::Validator int_in(int64_t lo, int64_t hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& s) -> std::string {
+            int64_t v = 0;
+            const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            if (ec != std::errc() || ptr != s.data() + s.size())
+                return "expected an integer, got '" + s + "'";
+            if (v < lo || v > hi)
+                return "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + s;
+            return {};
+        },
+        "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
 std::string default_model_path() {
     const char* env = std::getenv("MINFER_DEFAULT_MODEL");
     return env && *env ? env : MINFER_DEFAULT_MODEL;

@@ -6,7 +6,8 @@
 
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace minfer {
 
@@ -26,8 +27,13 @@ struct GraphDumpOptions {
 };
 void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
 
+// CLI11 validator for an integer flag in [lo, hi], with a short message naming the bound.
+CLI::Validator int_in(int64_t lo, int64_t hi);
+
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace minfer

@@ -8,12 +8,15 @@
 
 int main(int argc, char** argv) {
     CLI::App app{"minfer: LLM inference for GGUF models (Qwen2, Qwen3, Llama)"};
-    app.require_subcommand(1);
+    app.require_subcommand(0, 1);
     minfer::add_run_command(app);
     minfer::add_eval_command(app);
     minfer::add_tokenize_commands(app);
+    minfer::add_info_command(app);
+    minfer::add_bench_command(app);
     try {
         app.parse(argc, argv);
+        if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const minfer::Error& e) {

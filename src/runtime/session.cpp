@@ -4,6 +4,8 @@
 #include <numeric>
 #include <thread>
 
+#include <unistd.h>
+
 #include "gguf/gguf.h"
 #include "sched/passes.h"
 #include "util/error.h"
@@ -17,11 +19,21 @@ int default_threads(int n) {
 int64_t default_ctx(const Model& m, int64_t n) {
     return n > 0 ? n : std::min<int64_t>(m.hp.n_ctx_train, 4096);
 }
+
+// Refuses a context whose KV cache cannot fit in this machine's memory before anything is allocated.
+CParams checked_cparams(const Model& m, int64_t n_ctx) {
+    const double kv_bytes = 2.0 * m.hp.n_layer * double(m.hp.n_kv_embd()) * double(n_ctx) * sizeof(float);
+    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && kv_bytes > ram)
+        throw Error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
+                    std::to_string(kv_bytes / double(1 << 30)) + " GiB, more than this machine's memory");
+    return CParams::from_env(n_ctx, false);
+}
 }  // namespace
 
 Session::Session(const Model& m, const SessionParams& p)
     : model_(m),
-      cparams_(CParams::from_env(default_ctx(m, p.n_ctx), false)),
+      cparams_(checked_cparams(m, default_ctx(m, p.n_ctx))),
       cpu_(*m.file, default_threads(p.n_threads)),
       backends_{&cpu_} {}
 

@@ -1,0 +1,114 @@
+// minfer info: what a GGUF model is (architecture, hyper-parameters, tokenizer, tensor types, size),
+// as readable lines or, with --json, one JSON object.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "gguf/gguf.h"
+#include "models/model.h"
+
+namespace minfer {
+
+namespace {
+
+using nlohmann::json;
+
+struct InfoOptions {
+    std::string model;
+    bool json = false;
+};
+
+json hparams_json(const Hparams& hp) {
+    return {{"layers", hp.n_layer},     {"n_embd", hp.n_embd},       {"heads", hp.n_head},
+            {"kv_heads", hp.n_head_kv}, {"head_dim", hp.head_dim},   {"n_ff", hp.n_ff},
+            {"vocab", hp.n_vocab},      {"context", hp.n_ctx_train}, {"rope_base", hp.rope_base},
+            {"rms_eps", hp.rms_eps}};
+}
+
+json tokenizer_json(const GgufFile& f) {
+    const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+    const auto* arr = tokens ? std::get_if<std::shared_ptr<GgufArray>>(&tokens->v) : nullptr;
+    const std::string tmpl = f.get_str_or("tokenizer.chat_template", "");
+    return {{"model", f.get_str_or("tokenizer.ggml.model", "")},
+            {"pre", f.get_str_or("tokenizer.ggml.pre", "")},
+            {"vocab_size", arr && *arr ? (*arr)->items.size() : 0},
+            {"chat_template", !tmpl.empty()},
+            {"chat_template_length", tmpl.size()}};
+}
+
+// Tensor types by count, most common first: [["Q8_0", 37], ["F32", 25]].
+std::vector<std::pair<std::string, int>> type_histogram(const GgufFile& f) {
+    std::map<std::string, int> counts;
+    for (const GgufTensor& t : f.tensors()) ++counts[ggml_type_name(t.type)];
+    std::vector<std::pair<std::string, int>> h(counts.begin(), counts.end());
+    std::stable_sort(h.begin(), h.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return h;
+}
+
+json info_json(const std::string& path, const Model& m) {
+    const GgufFile& f = *m.file;
+    int64_t n_params = 0;
+    for (const GgufTensor& t : f.tensors()) n_params += t.n_elements();
+    json types = json::object();
+    for (const auto& [name, n] : type_histogram(f)) types[name] = n;
+    return {{"path", path},
+            {"architecture", m.hp.arch},
+            {"name", f.get_str_or("general.name", "")},
+            {"hparams", hparams_json(m.hp)},
+            {"tokenizer", tokenizer_json(f)},
+            {"tensor_count", f.tensors().size()},
+            {"tensor_types", types},
+            {"parameters", n_params},
+            {"file_size_bytes", f.file_size()},
+            {"file_size_mb", double(f.file_size()) / 1e6}};
+}
+
+void print_human(const json& j, const GgufFile& f) {
+    const json& hp = j["hparams"];
+    const json& tk = j["tokenizer"];
+    std::printf("file:          %s\n", j["path"].get<std::string>().c_str());
+    std::printf("architecture:  %s\n", j["architecture"].get<std::string>().c_str());
+    std::printf("name:          %s\n", j["name"].get<std::string>().c_str());
+    for (const char* k : {"layers", "n_embd", "heads", "kv_heads", "head_dim", "n_ff", "vocab", "context"})
+        std::printf("%-14s %lld\n", (std::string(k) + ":").c_str(), hp[k].get<long long>());
+    std::printf("rope_base:     %g\n", hp["rope_base"].get<double>());
+    std::printf("rms_eps:       %g\n", hp["rms_eps"].get<double>());
+    std::printf("tokenizer:     %s (pre: %s), %zu tokens\n", tk["model"].get<std::string>().c_str(),
+                tk["pre"].get<std::string>().c_str(), tk["vocab_size"].get<size_t>());
+    std::printf("chat template: %s (%zu chars)\n", tk["chat_template"].get<bool>() ? "yes" : "no",
+                tk["chat_template_length"].get<size_t>());
+    std::string types;
+    for (const auto& [name, n] : type_histogram(f))
+        types += (types.empty() ? "" : ", ") + name + ": " + std::to_string(n);
+    std::printf("tensors:       %zu (%s)\n", j["tensor_count"].get<size_t>(), types.c_str());
+    std::printf("parameters:    %lld (%.2f M)\n", j["parameters"].get<long long>(),
+                j["parameters"].get<double>() / 1e6);
+    std::printf("file size:     %.2f MB\n", j["file_size_mb"].get<double>());
+}
+
+void info(const InfoOptions& o) {
+    const std::string path = o.model.empty() ? default_model_path() : o.model;
+    const auto model = Model::load(path);
+    const json j = info_json(path, *model);
+    if (o.json)
+        std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    else
+        print_human(j, *model->file);
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+    auto o = std::make_shared<InfoOptions>();
+    CLI::App* c = app.add_subcommand("info", "Describe a GGUF model: hyper-parameters, tokenizer, tensors");
+    c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    c->add_flag("--json", o->json, "Print one JSON object");
+    c->callback([o] { info(*o); });
+}
+
+}  // namespace minfer
