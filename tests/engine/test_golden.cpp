@@ -19,6 +19,10 @@ struct FloatCase {
     const char* type;   // F16, BF16
 };
 
+void PrintTo(const FloatCase& c, std::ostream* os) {
+    *os << c.model << "-" << c.type;
+}
+
 class FloatGolden : public ::testing::TestWithParam<FloatCase> {};
 
 TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
@@ -78,6 +82,10 @@ struct QuantCase {
     const char* type;
     double llamacpp_agreement;  // fraction of the 418 positions llama.cpp gets right
 };
+
+void PrintTo(const QuantCase& c, std::ostream* os) {
+    *os << c.model << "-" << c.type;
+}
 
 class QuantGolden : public ::testing::TestWithParam<QuantCase> {};
 
