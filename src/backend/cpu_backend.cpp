@@ -8,17 +8,11 @@
 #include "gguf/gguf.h"
 #include "sched/alloc.h"
 #include "util/error.h"
+#include "util/overload.h"
 
 namespace minfer {
 
 namespace {
-
-template <class... F>
-struct Overload : F... {
-    using F::operator()...;
-};
-template <class... F>
-Overload(F...) -> Overload<F...>;
 
 const int32_t* ids_of(const NodeBuffers& bufs, NodeId id) {
     return reinterpret_cast<const int32_t*>(bufs.data(id));

@@ -14,6 +14,28 @@
 
 namespace minfer {
 
+int gguf_scalar_width(GgufValueType t) {
+    switch (t) {
+        case GgufValueType::U8:
+        case GgufValueType::I8:
+        case GgufValueType::BOOL:
+            return 1;
+        case GgufValueType::U16:
+        case GgufValueType::I16:
+            return 2;
+        case GgufValueType::U32:
+        case GgufValueType::I32:
+        case GgufValueType::F32:
+            return 4;
+        case GgufValueType::U64:
+        case GgufValueType::I64:
+        case GgufValueType::F64:
+            return 8;
+        default:
+            return 0;
+    }
+}
+
 namespace {
 
 constexpr uint64_t kMaxAlignment = uint64_t(1) << 30;
@@ -29,26 +51,9 @@ constexpr uint64_t kInt64Max = uint64_t(std::numeric_limits<int64_t>::max());
 
 // Smallest on-disk size of one value of type `t` (exact for scalars); 0 for numbers the spec lacks.
 uint64_t min_value_bytes(uint32_t t) {
-    switch (GgufValueType(t)) {
-        case GgufValueType::U8:
-        case GgufValueType::I8:
-        case GgufValueType::BOOL:
-            return 1;
-        case GgufValueType::U16:
-        case GgufValueType::I16:
-            return 2;
-        case GgufValueType::U32:
-        case GgufValueType::I32:
-        case GgufValueType::F32:
-            return 4;
-        case GgufValueType::U64:
-        case GgufValueType::I64:
-        case GgufValueType::F64:
-        case GgufValueType::STRING:
-            return 8;  // a string is at least its length field
-        case GgufValueType::ARRAY:
-            return 12;  // element type + count
-    }
+    if (const int w = gguf_scalar_width(GgufValueType(t))) return uint64_t(w);
+    if (GgufValueType(t) == GgufValueType::STRING) return 8;  // a string is at least its length field
+    if (GgufValueType(t) == GgufValueType::ARRAY) return 12;  // element type + count
     return 0;
 }
 

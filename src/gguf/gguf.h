@@ -34,6 +34,9 @@ enum class GgufValueType : uint32_t {
 // "U32", "STRING", ...; "type#N" for numbers the spec does not define.
 std::string gguf_value_type_name(GgufValueType t);
 
+// Bytes of one fixed-width scalar value; 0 for STRING, ARRAY and numbers the spec lacks.
+int gguf_scalar_width(GgufValueType t);
+
 struct GgufArray;
 // One metadata value. Integers of every width are widened to int64/uint64 and floats to double;
 // `type` keeps the on-disk type so writers and dumps can round-trip it.

@@ -20,29 +20,6 @@ constexpr int kMaxArrayDepth = 8;  // arrays inside arrays, as deep as the reade
     throw Error("GGUF writer: " + msg);
 }
 
-// Bytes per value for the fixed-width scalar types; 0 for STRING, ARRAY and unknown numbers.
-int scalar_width(GgufValueType t) {
-    switch (t) {
-        case GgufValueType::U8:
-        case GgufValueType::I8:
-        case GgufValueType::BOOL:
-            return 1;
-        case GgufValueType::U16:
-        case GgufValueType::I16:
-            return 2;
-        case GgufValueType::U32:
-        case GgufValueType::I32:
-        case GgufValueType::F32:
-            return 4;
-        case GgufValueType::U64:
-        case GgufValueType::I64:
-        case GgufValueType::F64:
-            return 8;
-        default:
-            return 0;
-    }
-}
-
 bool unsigned_fits(uint64_t v, int width) {
     return width == 8 || v < (uint64_t(1) << (8 * width));
 }
@@ -70,14 +47,14 @@ bool value_ok(const GgufValue& v, int depth) {
         case GgufValueType::U32:
         case GgufValueType::U64: {
             const auto* u = std::get_if<uint64_t>(&v.v);
-            return u && unsigned_fits(*u, scalar_width(v.type));
+            return u && unsigned_fits(*u, gguf_scalar_width(v.type));
         }
         case GgufValueType::I8:
         case GgufValueType::I16:
         case GgufValueType::I32:
         case GgufValueType::I64: {
             const auto* i = std::get_if<int64_t>(&v.v);
-            return i && signed_fits(*i, scalar_width(v.type));
+            return i && signed_fits(*i, gguf_scalar_width(v.type));
         }
         case GgufValueType::F32:
         case GgufValueType::F64:

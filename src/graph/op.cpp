@@ -3,18 +3,9 @@
 #include <sstream>
 #include <type_traits>
 
+#include "util/overload.h"
+
 namespace minfer {
-
-namespace {
-
-template <class... F>
-struct Overload : F... {
-    using F::operator()...;
-};
-template <class... F>
-Overload(F...) -> Overload<F...>;
-
-}  // namespace
 
 const char* op_name(const Op& o) {
     static constexpr const char* names[] = {

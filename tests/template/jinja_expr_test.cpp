@@ -37,6 +37,8 @@ TEST(JinjaExpr, ComparisonsAndLogic) {
          "'v'} }}",
          "{}", "True True True True False"},
         {"{{ 'a' in x }}", "{}", "False"},
+        {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1 in [true] }} {{ 0 < x < 10 }}", "{\"x\": 5}",
+         "True False True True"},
         {"{{ 'yes' if 1 else 'no' }} {{ 'yes' if [] else 'no' }} [{{ 'yes' if false }}]", "{}", "yes no []"},
         {"{{ 'a' if false else 'b' if true else 'c' }}", "{}", "b"},
     });
@@ -122,6 +124,30 @@ TEST(JinjaExpr, DictMethods) {
         {"{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 'dflt') }}", vars, "2 None dflt"},
         {"{% for k in d %}{{ k }}{% endfor %}", vars, "ba"},
     });
+}
+
+TEST(JinjaExpr, ListMethodsAndDictViews) {
+    expect_renders({
+        {"{{ [1, 2, 1].count(1) }} {{ ['a', 'b'].index('b') }} {{ (3, 4).index(4) }}", "{}", "2 1 1"},
+        {"{{ {'a': 1}.keys() | length }} {{ 'a' in {'a': 1}.keys() }} [{{ {'a': 1}.keys()[0] }}]", "{}",
+         "1 True []"},
+        {"{% if {}.items() %}Y{% else %}N{% endif %} {{ {'a': 1}.items() | list }}", "{}", "N [('a', 1)]"},
+    });
+    expect_error("{{ {'a': 1}.keys() }}", {"dict view"});
+    expect_error("{{ [1].index(2) }}", {"2 is not in list"});
+}
+
+TEST(JinjaExpr, GeneratorsFromFiltersBehaveLikeGenerators) {
+    expect_renders({
+        {"{% if [] | select %}Y{% else %}N{% endif %} {{ [1, 2, 3] | select('odd') | first }}", "{}", "Y 1"},
+        {"{{ [1, 2, 3] | select('odd') | join(',') }} {{ 3 in [1, 2, 3] | select('odd') }}", "{}",
+         "1,3 True"},
+        {"[{{ ([1, 2] | map('string'))[0] }}] {{ [1, 2] | reverse | first }}", "{}", "[] 2"},
+        {"{{ [1] | select is sequence }} {{ [1] | select is iterable }}", "{}", "False True"},
+    });
+    expect_error("{{ [1, 2] | select }}", {"printing a generator"});
+    expect_error("{{ [1, 2] | select | length }}", {"has no len()"});
+    expect_error("{{ [1, 2] | map('string') | tojson }}", {"not JSON serializable"});
 }
 
 TEST(JinjaExpr, KeyOrderOfInputObjectsIsKept) {

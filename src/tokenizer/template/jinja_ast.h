@@ -22,7 +22,8 @@ enum class ExprKind {
     Filter,   // args[0] | name(args[1..], kwargs)
     Test,     // args[0] is [not] name(args[1..])
     Unary,    // name args[0], name is "-" or "+"
-    Binary,   // args[0] name args[1], name is an arithmetic or comparison operator, "in" or "not in"
+    Binary,   // args[0] name args[1], name is an arithmetic operator or "~"
+    Compare,  // args[0] ops[0] args[1] ops[1] args[2] ...: a (possibly chained) comparison
     And,      // args[0] and args[1]
     Or,       // args[0] or args[1]
     Not,      // not args[0]
@@ -39,10 +40,11 @@ struct Expr {
     Value value;
     std::vector<ExprPtr> args;
     std::vector<std::pair<std::string, ExprPtr>> kwargs;
-    bool negated = false;       // Test: "is not"
-    FilterFn filter = nullptr;  // Filter: resolved by the parser
-    TestFn test = nullptr;      // Test: resolved by the parser
-    bool tuple = false;         // List: written as a tuple
+    std::vector<std::string> ops;  // Compare: == != < > <= >= in "not in"
+    bool negated = false;          // Test: "is not"
+    FilterFn filter = nullptr;     // Filter: resolved by the parser
+    TestFn test = nullptr;         // Test: resolved by the parser
+    bool tuple = false;            // List: written as a tuple
 };
 
 enum class NodeKind {

@@ -18,7 +18,7 @@ using TestFn = bool (*)(const Value& subject, const Args& args);
 FilterFn find_filter(std::string_view name);
 TestFn find_test(std::string_view name);
 
-// Bound method `name` of a str or dict value; undefined when the type has no such method.
+// Bound method `name` of a str, dict, list or tuple value; undefined when the type has no such method.
 Value find_method(const Value& self, const std::string& name);
 
 // Global functions every template sees.

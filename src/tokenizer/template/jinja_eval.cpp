@@ -30,6 +30,7 @@ class Evaluator {
 
     Value eval(const Expr& e);
     Value eval_dict(const Expr& e);
+    Value eval_compare(const Expr& e);
     Value eval_slice(const Expr& e);
     Value eval_call(const Expr& e);
     Value eval_filter(const Expr& e);
@@ -242,7 +243,7 @@ Value Evaluator::eval(const Expr& e) {
         case ExprKind::List: {
             List items;
             for (const ExprPtr& a : e.args) items.push_back(eval(*a));
-            return Value(std::move(items), e.tuple);
+            return Value(std::move(items), e.tuple ? SeqKind::Tuple : SeqKind::List);
         }
         case ExprKind::Dict:
             return eval_dict(e);
@@ -266,6 +267,8 @@ Value Evaluator::eval(const Expr& e) {
             const Value lhs = eval(*e.args[0]);
             return binary_op(e.name, lhs, eval(*e.args[1]));
         }
+        case ExprKind::Compare:
+            return eval_compare(e);
         case ExprKind::And: {
             Value lhs = eval(*e.args[0]);
             return lhs.truthy() ? eval(*e.args[1]) : lhs;
@@ -293,6 +296,19 @@ Value Evaluator::eval_dict(const Expr& e) {
     auto d = std::make_shared<Dict>();
     for (auto& [k, v] : entries) d->set(k, std::move(v));
     return Value(std::move(d));
+}
+
+// a < b < c is (a < b) and (b < c), evaluating b once, as in Python.
+Value Evaluator::eval_compare(const Expr& e) {
+    Value lhs = eval(*e.args[0]);
+    Value result;
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+        Value rhs = eval(*e.args[i + 1]);
+        result = binary_op(e.ops[i], lhs, rhs);
+        if (!result.truthy()) break;
+        lhs = std::move(rhs);
+    }
+    return result;
 }
 
 Value Evaluator::eval_slice(const Expr& e) {
@@ -327,6 +343,7 @@ Value Evaluator::eval_call(const Expr& e) {
 }
 
 Value Evaluator::eval_filter(const Expr& e) {
+    if (!e.filter) throw EvalError("unknown filter '" + e.name + "'");
     const Value subject = eval(*e.args[0]);
     const Args args = eval_args(e);
     line_ = e.line;
@@ -334,6 +351,7 @@ Value Evaluator::eval_filter(const Expr& e) {
 }
 
 bool Evaluator::eval_test(const Expr& e) {
+    if (!e.test) throw EvalError("unknown test '" + e.name + "'");
     const Value subject = eval(*e.args[0]);
     const Args args = eval_args(e);
     line_ = e.line;

@@ -27,8 +27,16 @@ Value get_path(const Value& obj, const std::string& path) {
     }
 }
 
+// Filters that need a defined value fail on undefined ones, as Jinja's Undefined does.
+void require_defined(const Value& v) {
+    if (v.is_undefined())
+        throw EvalError(v.undefined_reason().empty() ? std::string("undefined value used")
+                                                     : v.undefined_reason());
+}
+
 Value f_abs(const Value& v, const Args& a) {
     a.expect("abs", 0, {});
+    require_defined(v);
     if (v.is_float()) return Value(std::fabs(v.as_number()));
     const int64_t i = v.as_int("abs() argument");
     return i < 0 ? unary_op("-", v) : Value(i);
@@ -48,6 +56,7 @@ Value f_first(const Value& v, const Args& a) {
 
 Value f_last(const Value& v, const Args& a) {
     a.expect("last", 0, {});
+    if (v.is_iterator()) throw EvalError("'generator' object is not reversible");
     const List items = iterate(v);
     return items.empty() ? Value(Undefined{"last() of an empty sequence"}) : items.back();
 }
@@ -79,6 +88,7 @@ std::optional<int64_t> parse_int(const std::string& text) {
 
 Value f_int(const Value& v, const Args& a) {
     a.expect("int", 1, {"default"});
+    require_defined(v);
     if (v.is_int() || v.is_bool()) return Value(v.as_int());
     if (v.is_float() && std::isfinite(v.as_number())) return Value(static_cast<int64_t>(v.as_number()));
     if (v.is_string()) {
@@ -91,6 +101,7 @@ Value f_int(const Value& v, const Args& a) {
 
 Value f_float(const Value& v, const Args& a) {
     a.expect("float", 1, {"default"});
+    require_defined(v);
     if (v.is_number()) return Value(v.as_number());
     if (v.is_string())
         if (const auto d = parse_float(v.as_string())) return Value(*d);
@@ -99,11 +110,11 @@ Value f_float(const Value& v, const Args& a) {
 
 Value f_items(const Value& v, const Args& a) {
     a.expect("items", 0, {});
-    if (v.is_undefined()) return Value(List{});
+    if (v.is_undefined()) return Value(List{}, SeqKind::Iterator);
     List out;
     for (const auto& [k, val] : v.as_dict("items() argument").entries)
-        out.emplace_back(List{Value(k), val}, true);
-    return Value(std::move(out));
+        out.emplace_back(List{Value(k), val}, SeqKind::Tuple);
+    return Value(std::move(out), SeqKind::Iterator);
 }
 
 Value f_join(const Value& v, const Args& a) {
@@ -119,6 +130,7 @@ Value f_join(const Value& v, const Args& a) {
     return Value(std::move(out));
 }
 
+// Python's len(): generators have none.
 Value f_length(const Value& v, const Args& a) {
     a.expect("length", 0, {});
     return Value(length(v));
@@ -148,12 +160,14 @@ Value f_reverse(const Value& v, const Args& a) {
     if (v.is_string()) return get_slice(v, std::nullopt, std::nullopt, -1);
     List items = iterate(v);
     std::reverse(items.begin(), items.end());
-    return Value(std::move(items));
+    // reversed() of a list is an iterator; a generator is first collected into a list.
+    return Value(std::move(items), v.is_iterator() ? SeqKind::List : SeqKind::Iterator);
 }
 
+// Markup(v): the value as a string.
 Value f_safe(const Value& v, const Args& a) {
     a.expect("safe", 0, {});
-    return v;
+    return Value(v.str());
 }
 
 Value f_string(const Value& v, const Args& a) {
@@ -213,20 +227,21 @@ Value f_map(const Value& v, const Args& a) {
             Value x = get_path(item, attribute.str());
             out.push_back(x.is_undefined() && !dflt.is_undefined() ? dflt : x);
         }
-        return Value(std::move(out));
+        return Value(std::move(out), SeqKind::Iterator);
     }
     if (a.pos.empty() || !a.kw.empty()) throw EvalError("map() needs a filter name or attribute=");
     const std::string name = a.pos[0].as_string("map() filter name");
     const Args rest = tail_args(a, 1);
     for (const Value& item : iterate(v)) out.push_back(apply_named_filter(name, item, rest));
-    return Value(std::move(out));
+    return Value(std::move(out), SeqKind::Iterator);
 }
 
 // select/reject (by_attr false) and selectattr/rejectattr (by_attr true).
 Value select_impl(const Value& v, const Args& a, bool by_attr, bool keep) {
-    a.expect(by_attr ? "selectattr" : "select", SIZE_MAX, {});
+    const char* name = by_attr ? (keep ? "selectattr" : "rejectattr") : (keep ? "select" : "reject");
+    a.expect(name, SIZE_MAX, {});
     const size_t test_pos = by_attr ? 1 : 0;
-    const std::string attr = by_attr ? a.get(0, "").as_string("selectattr() attribute") : "";
+    const std::string attr = by_attr ? a.get(0, "").as_string(std::string(name) + "() attribute") : "";
     const bool has_test = a.pos.size() > test_pos;
     const std::string test = has_test ? a.pos[test_pos].as_string("test name") : "";
     const Args rest = tail_args(a, test_pos + 1);
@@ -236,7 +251,7 @@ Value select_impl(const Value& v, const Args& a, bool by_attr, bool keep) {
         const bool ok = has_test ? apply_named_test(test, x, rest) : x.truthy();
         if (ok == keep) out.push_back(item);
     }
-    return Value(std::move(out));
+    return Value(std::move(out), SeqKind::Iterator);
 }
 
 Value f_sort(const Value& v, const Args& a) {
@@ -323,13 +338,18 @@ bool no_args(const Args& a, const char* name) {
     return true;
 }
 
-bool is_sequence(const Value& v) {
-    return v.is_string() || v.is_list() || (v.is_dict() && !v.as_dict().is_namespace);
+bool is_mapping(const Value& v) {
+    return v.is_dict() && !v.as_dict().is_namespace;
 }
 
+// Python's iter(v) succeeds (Jinja's Undefined iterates as empty).
+bool is_iterable(const Value& v) {
+    return v.is_undefined() || v.is_string() || v.is_list() || is_mapping(v);
+}
+
+// Python's str(v).islower() / isupper().
 bool is_case(const Value& v, bool upper) {
-    if (!v.is_string()) return false;
-    const std::string& s = v.as_string();
+    const std::string s = v.str();
     return (upper ? py_upper(s) : py_lower(s)) == s && (upper ? py_lower(s) : py_upper(s)) != s;
 }
 
@@ -349,16 +369,22 @@ const std::pair<std::string_view, TestFn> kTests[] = {
      [](const Value& v, const Args& a) {
          return no_args(a, "mapping") && v.is_dict() && !v.as_dict().is_namespace;
      }},
-    {"iterable", [](const Value& v, const Args& a) { return no_args(a, "iterable") && is_sequence(v); }},
-    {"sequence", [](const Value& v, const Args& a) { return no_args(a, "sequence") && is_sequence(v); }},
+    {"iterable", [](const Value& v, const Args& a) { return no_args(a, "iterable") && is_iterable(v); }},
+    {"sequence",
+     [](const Value& v, const Args& a) {
+         return no_args(a, "sequence") &&
+                (v.is_undefined() || v.is_string() || v.is_plain_sequence() || is_mapping(v));
+     }},
     {"callable",
      [](const Value& v, const Args& a) {
          return no_args(a, "callable") && (v.is_function() || v.is_undefined());
      }},
     {"odd", [](const Value& v,
-               const Args& a) { return no_args(a, "odd") && v.as_int("odd test operand") % 2 != 0; }},
-    {"even", [](const Value& v,
-                const Args& a) { return no_args(a, "even") && v.as_int("even test operand") % 2 == 0; }},
+               const Args& a) { return no_args(a, "odd") && binary_op("%", v, Value(2)).as_number() == 1; }},
+    {"even",
+     [](const Value& v, const Args& a) {
+         return no_args(a, "even") && binary_op("%", v, Value(2)).as_number() == 0;
+     }},
     {"divisibleby",
      [](const Value& v, const Args& a) {
          return binary_op("%", v, test_arg(a, "divisibleby")).as_number() == 0;

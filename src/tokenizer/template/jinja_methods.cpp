@@ -241,20 +241,20 @@ Value str_case(const Value& self, const Args& a, const char* name,
 Value dict_items(const Value& self, const Args& a) {
     a.expect("items", 0, {});
     List out;
-    for (const auto& [k, v] : self.as_dict().entries) out.emplace_back(List{Value(k), v}, true);
-    return Value(std::move(out));
+    for (const auto& [k, v] : self.as_dict().entries) out.emplace_back(List{Value(k), v}, SeqKind::Tuple);
+    return Value(std::move(out), SeqKind::View);
 }
 
 Value dict_keys(const Value& self, const Args& a) {
     a.expect("keys", 0, {});
-    return Value(iterate(self));
+    return Value(iterate(self), SeqKind::View);
 }
 
 Value dict_values(const Value& self, const Args& a) {
     a.expect("values", 0, {});
     List out;
     for (const auto& [k, v] : self.as_dict().entries) out.push_back(v);
-    return Value(std::move(out));
+    return Value(std::move(out), SeqKind::View);
 }
 
 Value dict_get(const Value& self, const Args& a) {
@@ -288,6 +288,28 @@ const std::pair<std::string_view, MethodFn> kDictMethods[] = {
     {"get", dict_get},
 };
 
+Value list_count(const Value& self, const Args& a) {
+    a.expect("count", 1, {});
+    const Value x = a.get(0, "value");
+    const List& items = self.as_list();
+    return Value(static_cast<int64_t>(
+        std::count_if(items.begin(), items.end(), [&](const Value& v) { return equals(v, x); })));
+}
+
+Value list_index(const Value& self, const Args& a) {
+    a.expect("index", 1, {});
+    const Value x = a.get(0, "value");
+    const List& items = self.as_list();
+    for (size_t i = 0; i < items.size(); ++i)
+        if (equals(items[i], x)) return Value(static_cast<int64_t>(i));
+    throw EvalError(x.repr() + " is not in list");
+}
+
+const std::pair<std::string_view, MethodFn> kListMethods[] = {
+    {"count", list_count},
+    {"index", list_index},
+};
+
 template <size_t N>
 MethodFn lookup(const std::pair<std::string_view, MethodFn> (&table)[N], std::string_view name) {
     for (const auto& [n, fn] : table)
@@ -301,6 +323,7 @@ Value find_method(const Value& self, const std::string& name) {
     MethodFn fn = nullptr;
     if (self.is_string()) fn = lookup(kStrMethods, name);
     if (self.is_dict() && !self.as_dict().is_namespace) fn = lookup(kDictMethods, name);
+    if (self.is_plain_sequence()) fn = lookup(kListMethods, name);
     if (!fn) return Undefined{self.object_name() + " has no attribute '" + name + "'"};
     return Value(Function{self.type_name() + "." + name, [self, fn](const Args& a) { return fn(self, a); }});
 }

@@ -34,7 +34,7 @@ Value repeat(const Value& seq, int64_t count) {
     }
     List out;
     for (int64_t i = 0; i < count; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
-    return Value(std::move(out), seq.is_tuple());
+    return Value(std::move(out), seq.seq_kind());
 }
 
 Value int_arith(const std::string& op, int64_t x, int64_t y) {
@@ -83,13 +83,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         return float_arith(op, a.as_number(), b.as_number());
     }
     if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (op == "+" && a.is_list() && b.is_list()) {
+    const bool a_seq = a.is_plain_sequence();
+    const bool b_seq = b.is_plain_sequence();
+    if (op == "+" && a_seq && b_seq && a.is_tuple() == b.is_tuple()) {
         List out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
-        return Value(std::move(out), a.is_tuple());
+        return Value(std::move(out), a.seq_kind());
     }
-    if (op == "*" && (a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, b.as_int());
-    if (op == "*" && (b.is_string() || b.is_list()) && is_integral(a)) return repeat(b, a.as_int());
+    if (op == "*" && (a.is_string() || a_seq) && is_integral(b)) return repeat(a, b.as_int());
+    if (op == "*" && (b.is_string() || b_seq) && is_integral(a)) return repeat(b, a.as_int());
     if (op == "%" && a.is_string())
         throw EvalError("printf-style string formatting with '%' is not supported");
     if (a.is_undefined()) throw_undefined(a);
@@ -125,7 +127,7 @@ Value get_item(const Value& obj, const Value& key) {
     if (obj.is_undefined()) throw_undefined(obj);
     if (obj.is_dict() && key.is_string()) {
         if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
-    } else if (obj.is_list() && is_integral(key)) {
+    } else if (obj.is_plain_sequence() && is_integral(key)) {
         const List& items = obj.as_list();
         int64_t i = key.as_int();
         if (i < 0) i += static_cast<int64_t>(items.size());
@@ -140,12 +142,12 @@ Value get_item(const Value& obj, const Value& key) {
 
 Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
                 std::optional<int64_t> step) {
-    if (obj.is_list()) {
+    if (obj.is_plain_sequence()) {
         const List& items = obj.as_list();
         List out;
         for (int64_t i : slice_indices(static_cast<int64_t>(items.size()), start, stop, step))
             out.push_back(items[static_cast<size_t>(i)]);
-        return Value(std::move(out), obj.is_tuple());
+        return Value(std::move(out), obj.seq_kind());
     }
     if (obj.is_string()) {
         const std::string& s = obj.as_string();
@@ -221,7 +223,7 @@ List iterate(const Value& v) {
 
 int64_t length(const Value& v) {
     if (v.is_string()) return static_cast<int64_t>(utf8_length(v.as_string()));
-    if (v.is_list()) return static_cast<int64_t>(v.as_list().size());
+    if (v.is_list() && !v.is_iterator()) return static_cast<int64_t>(v.as_list().size());
     if (v.is_dict() && !v.as_dict().is_namespace) return static_cast<int64_t>(v.as_dict().entries.size());
     if (v.is_undefined()) return 0;
     throw EvalError("object of type '" + v.type_name() + "' has no len()");

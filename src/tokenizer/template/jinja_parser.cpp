@@ -338,7 +338,7 @@ ExprPtr Parser::parse_not() {
 
 ExprPtr Parser::parse_compare() {
     ExprPtr e = parse_math1();
-    bool compared = false;
+    ExprPtr cmp;
     for (;;) {
         std::string op;
         const Token& t = peek();
@@ -353,11 +353,14 @@ ExprPtr Parser::parse_compare() {
             op = "not in";
             pos_ += 2;
         } else {
-            return e;
+            return cmp ? std::move(cmp) : std::move(e);
         }
-        if (compared) fail(t, "unsupported construct: chained comparison");
-        compared = true;
-        e = make_binary(ExprKind::Binary, op, std::move(e), parse_math1());
+        if (!cmp) {
+            cmp = make_expr(ExprKind::Compare, e->line);
+            cmp->args.push_back(std::move(e));
+        }
+        cmp->ops.push_back(op);
+        cmp->args.push_back(parse_math1());
     }
 }
 

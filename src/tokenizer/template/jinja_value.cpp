@@ -7,7 +7,7 @@
 
 namespace minfer::jinja {
 
-Value::Value(List l, bool tuple) : v_(std::make_shared<const List>(std::move(l))), tuple_(tuple) {}
+Value::Value(List l, SeqKind kind) : v_(std::make_shared<const List>(std::move(l))), kind_(kind) {}
 
 int64_t Value::as_int(std::string_view what) const {
     if (is_int()) return std::get<int64_t>(v_);
@@ -55,7 +55,7 @@ bool Value::truthy() const {
         case Type::String:
             return !as_string().empty();
         case Type::List:
-            return !as_list().empty();
+            return is_iterator() || !as_list().empty();
         case Type::Dict:
             return as_dict().is_namespace || !as_dict().entries.empty();
         case Type::Function:
@@ -79,7 +79,10 @@ std::string Value::type_name() const {
         case Type::String:
             return "str";
         case Type::List:
-            return tuple_ ? "tuple" : "list";
+            return kind_ == SeqKind::Tuple      ? "tuple"
+                   : kind_ == SeqKind::Iterator ? "generator"
+                   : kind_ == SeqKind::View     ? "dict_view"
+                                                : "list";
         case Type::Dict:
             return as_dict().is_namespace ? "Namespace" : "dict";
         case Type::Function:
@@ -164,7 +167,11 @@ std::string Value::repr() const {
         case Type::String:
             return repr_string(as_string());
         case Type::List:
-            return repr_sequence(as_list(), tuple_);
+            if (is_iterator())
+                throw EvalError("printing a generator (the result of map, select, ...) is unsupported");
+            if (!is_plain_sequence())
+                throw EvalError("printing a dict view (keys(), values(), items()) is unsupported");
+            return repr_sequence(as_list(), is_tuple());
         case Type::Dict:
             return repr_dict(as_dict());
         case Type::Function:
@@ -241,6 +248,7 @@ bool equals(const Value& a, const Value& b) {
         case Value::Type::String:
             return a.as_string() == b.as_string();
         case Value::Type::List: {
+            if (!a.is_plain_sequence() || !b.is_plain_sequence()) return &a.as_list() == &b.as_list();
             if (a.is_tuple() != b.is_tuple()) return false;
             const List& x = a.as_list();
             const List& y = b.as_list();
@@ -264,7 +272,7 @@ bool less_than(const Value& a, const Value& b) {
         return a.as_int() < b.as_int();
     }
     if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
-    if (a.is_list() && b.is_list()) {
+    if (a.is_plain_sequence() && b.is_plain_sequence()) {
         const List& x = a.as_list();
         const List& y = b.as_list();
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -465,6 +473,8 @@ void JsonWriter::write(const Value& v, int depth) {
             json_string(v.as_string(), opts.ensure_ascii, out);
             break;
         case Value::Type::List:
+            if (!v.is_plain_sequence())
+                throw EvalError("Object of type " + v.type_name() + " is not JSON serializable");
             write_list(v.as_list(), depth);
             break;
         case Value::Type::Dict:

@@ -1,6 +1,9 @@
 // Dynamic values of the chat-template interpreter. They follow Python's semantics as Jinja2 exposes
 // them: undefined, none, bool, int, float, str (UTF-8, indexed by code point), list/tuple, dict
 // (insertion-ordered) and callables, with Python's str()/repr() printing, truthiness and equality.
+// Filters that return Python generators in Jinja (map, select, ...) return iterator sequences, which
+// behave like generators: always true, no len(), no indexing, and not printable. dict.keys(), values()
+// and items() return views: sized and iterable, but neither indexable nor printable.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -39,6 +42,9 @@ struct Undefined {
     std::string reason;
 };
 
+// How a sequence value behaves: a Python list, a tuple, a generator/iterator or a dict view.
+enum class SeqKind : uint8_t { List, Tuple, Iterator, View };
+
 class Value {
   public:
     enum class Type { Undefined, None, Bool, Int, Float, String, List, Dict, Function };
@@ -52,7 +58,7 @@ class Value {
     Value(double d) : v_(d) {}
     Value(std::string s) : v_(std::move(s)) {}
     Value(const char* s) : v_(std::string(s)) {}
-    Value(List l, bool tuple = false);
+    Value(List l, SeqKind kind = SeqKind::List);
     Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}
     Value(Function f) : v_(std::make_shared<const Function>(std::move(f))) {}
 
@@ -68,7 +74,12 @@ class Value {
     bool is_number() const { return is_int() || is_float() || is_bool(); }
     bool is_string() const { return type() == Type::String; }
     bool is_list() const { return type() == Type::List; }
-    bool is_tuple() const { return is_list() && tuple_; }
+    bool is_tuple() const { return is_list() && kind_ == SeqKind::Tuple; }
+    bool is_iterator() const { return is_list() && kind_ == SeqKind::Iterator; }
+    bool is_plain_sequence() const {
+        return is_list() && (kind_ == SeqKind::List || kind_ == SeqKind::Tuple);
+    }
+    SeqKind seq_kind() const { return kind_; }
     bool is_dict() const { return type() == Type::Dict; }
     bool is_function() const { return type() == Type::Function; }
 
@@ -92,7 +103,7 @@ class Value {
     std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                  std::shared_ptr<Dict>, std::shared_ptr<const Function>>
         v_;
-    bool tuple_ = false;
+    SeqKind kind_ = SeqKind::List;
 };
 
 // Insertion-ordered string-keyed mapping. Namespaces (namespace()) are dicts whose attributes can be set.
