@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include "util/utf8.h"
 
 namespace minfer::unicode {
+
+using minfer::append_utf8;
 
 // One step of UTF-8 decoding at a position. For a valid character `len` is its byte length. For an
 // invalid one `len` is the number of bytes to replace by a single U+FFFD (the maximal subpart, >= 1);
@@ -21,7 +24,6 @@ struct Utf8Char {
 };
 
 Utf8Char decode_utf8(std::string_view s, size_t pos);
-void append_utf8(std::string& out, char32_t cp);
 bool is_valid_utf8(std::string_view s);
 // Copy of `s` with every invalid sequence replaced by U+FFFD.
 std::string sanitize_utf8(std::string_view s);

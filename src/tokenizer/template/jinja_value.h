@@ -14,12 +14,15 @@
 #include <utility>
 #include <variant>
 #include <vector>
+#include "util/utf8.h"
 
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
 namespace minfer::jinja {
+
+using minfer::append_utf8;
 
 // A failure while evaluating (bad operand types, bad arguments). The evaluator adds the template line.
 struct EvalError : Error {
@@ -139,7 +142,6 @@ std::vector<size_t> utf8_boundaries(const std::string& s);
 size_t utf8_length(const std::string& s);
 // Decodes the UTF-8 sequence at s[i], advancing i; a malformed lead byte decodes as itself.
 uint32_t decode_utf8(const std::string& s, size_t& i);
-void append_utf8(std::string& out, uint32_t cp);
 
 // Indices selected by the Python slice [start:stop:step] of a sequence of length `n`.
 std::vector<int64_t> slice_indices(int64_t n, std::optional<int64_t> start, std::optional<int64_t> stop,
