@@ -5,7 +5,9 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "chat_prompt.h"
 #include "common.h"
 #include "gguf/gguf.h"
 #include "runtime/generate.h"
@@ -20,7 +22,8 @@ struct RunOptions {
     std::string model, prompt, prompt_ids;
     int64_t n_ctx = 0;
     int threads = 0;
-    bool json = false;
+    std::optional<std::string> system;
+    bool json = false, chat = false;
     GenerateParams gen;
     GraphDumpOptions dump;
 };
@@ -34,6 +37,15 @@ void print_summary(const std::string& model, double load_s, size_t n_prompt, con
     if (r.hit_context_limit) std::fprintf(stderr, "stopped: the context is full (use -c to raise it)\n");
 }
 
+// -p as given (BOS added when the vocabulary asks), or with --chat / -sys through the chat template.
+std::vector<int32_t> encode_prompt(const RunOptions& o, const GgufFile& f, const Tokenizer& tok) {
+    if (!o.chat && !o.system) return tok.encode(o.prompt, true, true);
+    auto messages = nlohmann::ordered_json::array();
+    if (o.system) messages.push_back(chat_message("system", *o.system));
+    messages.push_back(chat_message("user", o.prompt));
+    return ChatPrompt(f, tok).encode(messages, true);
+}
+
 void run(const RunOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
@@ -45,7 +57,7 @@ void run(const RunOptions& o) {
     if (o.prompt.empty() == o.prompt_ids.empty())
         throw Error("give exactly one of -p TEXT or --prompt-ids IDS");
     const std::vector<int32_t> prompt =
-        o.prompt_ids.empty() ? tok->encode(o.prompt, true, true) : parse_ids(o.prompt_ids, "--prompt-ids");
+        o.prompt_ids.empty() ? encode_prompt(o, *model->file, *tok) : parse_ids(o.prompt_ids, "--prompt-ids");
     if (o.dump.requested()) return dump_graph(session, session.params_for(int64_t(prompt.size()), 1), o.dump);
 
     auto stream = [&](std::string_view text) { std::cout << text << std::flush; };
@@ -68,8 +80,17 @@ void add_run_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
     c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
     c->add_option("-p,--prompt", o->prompt, "Prompt text");
-    c->add_option("--prompt-ids", o->prompt_ids,
-                  "Prompt as comma-separated token ids (used as given, no BOS)");
+    CLI::Option* ids = c->add_option("--prompt-ids", o->prompt_ids,
+                                     "Prompt as comma-separated token ids (used as given, no BOS)");
+    CLI::Option* chat =
+        c->add_flag("--chat", o->chat, "Apply the model's chat template to -p as a user message");
+    CLI::Option* sys = c->add_option("--system", o->system, "System message (also -sys; implies --chat)");
+    c->add_flag("--no-template")
+        ->description("Use -p as plain text (the default)")
+        ->excludes(chat)
+        ->excludes(sys);
+    chat->excludes(ids);
+    sys->excludes(ids);
     c->add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate")->check(int_in(0, 1 << 24));
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));

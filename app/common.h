@@ -31,9 +31,11 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
 CLI::Validator int_in(int64_t lo, int64_t hi);
 
 void add_run_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_dump_diff_command(CLI::App& app);
 
 }  // namespace minfer

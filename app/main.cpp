@@ -2,6 +2,7 @@
 // and a non-zero exit status.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string_view>
 
 #include "common.h"
 #include "util/error.h"
@@ -10,10 +11,16 @@ int main(int argc, char** argv) {
     CLI::App app{"minfer: LLM inference for GGUF models (Qwen2, Qwen3, Llama)"};
     app.require_subcommand(0, 1);
     minfer::add_run_command(app);
+    minfer::add_chat_command(app);
     minfer::add_eval_command(app);
     minfer::add_tokenize_commands(app);
     minfer::add_info_command(app);
     minfer::add_bench_command(app);
+    minfer::add_dump_diff_command(app);
+    // CLI11 short names are one letter: llama.cpp's -sys is spelled --system.
+    static char system_flag[] = "--system";
+    for (int i = 1; i < argc; ++i)
+        if (std::string_view(argv[i]) == "-sys") argv[i] = system_flag;
     try {
         app.parse(argc, argv);
         if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "runtime/observe.h"
 #include "sched/passes.h"
 #include "util/error.h"
 
@@ -35,7 +36,12 @@ Session::Session(const Model& m, const SessionParams& p)
     : model_(m),
       cparams_(checked_cparams(m, default_ctx(m, p.n_ctx))),
       cpu_(*m.file, default_threads(p.n_threads)),
-      backends_{&cpu_} {}
+      backends_{&cpu_},
+      observer_(observers_from_env()) {
+    exec_.set_observer(observer_.get());
+}
+
+Session::~Session() = default;
 
 GraphParams Session::params_for(int64_t n_tokens, int64_t n_out) const {
     return GraphParams::make(n_tokens, n_out, cparams_);
@@ -80,7 +86,10 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
         std::iota(tail_.begin(), tail_.end(), int32_t(nt - n_out));
         exec_.fill_input(tail, tail_);
     }
+    if (observer_) observer_->begin_step(step_);
     exec_.run(g, backends_);
+    if (observer_) observer_->end_step();
+    ++step_;
     n_past_ += nt;
     const NodeId out = g.outputs.front();
     return {exec_.data(out), size_t(g[out].n_elements())};

@@ -1,8 +1,10 @@
 // A Session runs forward passes of one model over its KV cache: forward_cached builds the graph once
 // per distinct GraphParams (build -> assign backends -> fuse -> plan buffers), then only refreshes
-// the input leaves (token ids, positions, tail ids) on later calls.
+// the input leaves (token ids, positions, tail ids) on later calls. MINFER_TRACE / MINFER_GRAPH_DUMP
+// (runtime/observe.h), read once at construction, observe every forward step.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -13,6 +15,8 @@
 
 namespace minfer {
 
+class StepObserver;  // runtime/observe.h
+
 struct SessionParams {
     int64_t n_ctx = 0;  // 0: the model's training context, at most 4096
     int n_threads = 0;  // 0: all hardware threads
@@ -21,6 +25,7 @@ struct SessionParams {
 class Session {
   public:
     Session(const Model& m, const SessionParams& p);
+    ~Session();
 
     // Runs `tokens` at positions n_past.. and appends them to the KV cache. Returns the logits of the
     // last n_out tokens, [n_out][n_vocab]. Throws Error when the context would overflow.
@@ -28,6 +33,7 @@ class Session {
     void reset() { n_past_ = 0; }  // KV rows are overwritten as positions are reused
 
     int64_t n_past() const { return n_past_; }
+    int64_t steps() const { return step_; }  // forward calls so far; reset() keeps counting
     int64_t n_ctx() const { return cparams_.n_ctx; }
     const Model& model() const { return model_; }
     GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
@@ -48,6 +54,8 @@ class Session {
     KvCache kv_;
     Executor exec_{kv_};
     int64_t n_past_ = 0;
+    int64_t step_ = 0;
+    std::unique_ptr<StepObserver> observer_;
     std::vector<int32_t> positions_, tail_;
 };
 

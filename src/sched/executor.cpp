@@ -1,5 +1,6 @@
 #include "sched/executor.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "util/error.h"
@@ -23,18 +24,33 @@ void Executor::fill_input(NodeId id, std::span<const int32_t> values) {
     std::memcpy(dst, values.data(), values.size_bytes());
 }
 
+namespace {
+void compute_on(const ComputeGraph& g, const CNode& n, const std::vector<Backend*>& backends,
+                const NodeBuffers& bufs) {
+    for (Backend* b : backends) {
+        if (b->kind() == n.backend) {
+            b->compute(g, n, bufs);
+            return;
+        }
+    }
+}
+}  // namespace
+
 void Executor::run(const ComputeGraph& g, const std::vector<Backend*>& backends) {
+    using Clock = std::chrono::steady_clock;
     for (const CNode& n : g.nodes) {
         if (std::holds_alternative<op::Input>(n.op) || std::holds_alternative<op::KvcacheLoad>(n.op))
             continue;
         const bool writes_kv = std::holds_alternative<op::KvcacheStore>(n.op);
         if (!writes_kv && !plan_.has_buffer(n.id)) continue;  // orphan left by fusion
-        for (Backend* b : backends) {
-            if (b->kind() == n.backend) {
-                b->compute(g, n, *this);
-                break;
-            }
+        if (!observer_) {
+            compute_on(g, n, backends, *this);
+            continue;
         }
+        const Clock::time_point t0 = Clock::now();
+        compute_on(g, n, backends, *this);
+        const std::chrono::duration<double, std::micro> us = Clock::now() - t0;
+        observer_->on_node(n, data(n.id), us.count());
     }
 }
 

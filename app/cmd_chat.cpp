@@ -1,0 +1,189 @@
+// minfer chat: a conversation read line by line from stdin, answers streamed to stdout. Every turn renders
+// the whole conversation with the model's chat template and forwards only the tokens past the longest
+// prefix the KV cache already holds (the cache is rebuilt from scratch when the rendering diverges).
+// Commands: /reset clears the conversation, /exit (or end of input) quits. Ctrl-C stops the answer being
+// generated; at the prompt it quits.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "chat_prompt.h"
+#include "common.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_sigint(int) {
+    g_interrupted = 1;
+}
+
+struct ChatOptions {
+    std::string model;
+    std::optional<std::string> system;
+    int64_t n_ctx = 0, n_predict = 512;
+    int threads = 0;
+    SamplerParams sampling;
+};
+
+class Chat {
+  public:
+    Chat(const ChatOptions& o, Session& s, const Tokenizer& tok, const ChatPrompt& prompt)
+        : o_(o), s_(s), tok_(tok), prompt_(prompt), sampler_(o.sampling) {
+        reset();
+    }
+
+    void reset();
+    // Adds the user message, streams the answer to stdout (ended by a newline) and adds it to the
+    // conversation.
+    void turn(const std::string& user);
+
+  private:
+    // Forwards the rendered conversation `ids` past what the cache holds; returns the number of reused
+    // tokens.
+    size_t prefill(const std::vector<int32_t>& ids, std::span<const float>& logits);
+    // Samples and streams up to n_predict tokens after `logits`; returns the text and the token count.
+    std::pair<std::string, int64_t> decode(std::span<const float> logits);
+
+    const ChatOptions& o_;
+    Session& s_;
+    const Tokenizer& tok_;
+    const ChatPrompt& prompt_;
+    Sampler sampler_;
+    nlohmann::ordered_json messages_;
+    std::vector<int32_t> cached_;  // the tokens in the KV cache, positions 0 .. n_past - 1
+};
+
+void Chat::reset() {
+    messages_ = nlohmann::ordered_json::array();
+    if (o_.system) messages_.push_back(chat_message("system", *o_.system));
+    s_.reset();
+    cached_.clear();
+    sampler_.reset();
+}
+
+size_t Chat::prefill(const std::vector<int32_t>& ids, std::span<const float>& logits) {
+    const auto diverge = std::mismatch(cached_.begin(), cached_.end(), ids.begin(), ids.end());
+    size_t reused = size_t(diverge.first - cached_.begin());
+    // The cache cannot be cut back, and the last prompt token must be forwarded to get its logits.
+    if (reused < cached_.size() || reused == ids.size()) {
+        s_.reset();
+        cached_.clear();
+        reused = 0;
+    }
+    const std::span<const int32_t> suffix(ids.begin() + ptrdiff_t(reused), ids.end());
+    for (int32_t id : suffix) sampler_.accept(id);
+    logits = s_.forward(suffix, 1);
+    cached_.insert(cached_.end(), suffix.begin(), suffix.end());
+    return reused;
+}
+
+std::pair<std::string, int64_t> Chat::decode(std::span<const float> logits) {
+    StreamDecoder stream(tok_);
+    std::string text;
+    std::vector<float> row;
+    int64_t n = 0;
+    for (int32_t prev = -1; n < o_.n_predict && !g_interrupted; ++n) {
+        if (prev >= 0) {
+            if (s_.n_past() >= s_.n_ctx()) {
+                std::fprintf(stderr, "\nstopped: the context is full (use /reset, or -c to raise it)\n");
+                break;
+            }
+            logits = s_.forward(std::span<const int32_t>(&prev, 1), 1);
+            cached_.push_back(prev);
+        }
+        row.assign(logits.end() - s_.model().hp.n_vocab, logits.end());
+        const int32_t id = sampler_.sample(row);
+        if (tok_.is_eog(id)) break;
+        sampler_.accept(id);
+        const std::string piece = stream.feed(id);
+        std::cout << piece << std::flush;
+        text += piece;
+        prev = id;
+    }
+    const std::string rest = stream.flush();
+    std::cout << rest << "\n" << std::flush;
+    return {text + rest, n};
+}
+
+void Chat::turn(const std::string& user) {
+    messages_.push_back(chat_message("user", user));
+    const std::vector<int32_t> ids = prompt_.encode(messages_, true);
+    if (int64_t(ids.size()) > s_.n_ctx()) {
+        messages_.erase(messages_.size() - 1);
+        std::fprintf(stderr,
+                     "the conversation needs %zu tokens, more than the context of %lld: use /reset, or -c\n",
+                     ids.size(), static_cast<long long>(s_.n_ctx()));
+        return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::span<const float> logits;
+    const size_t reused = prefill(ids, logits);
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto [text, n] = decode(logits);
+    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    messages_.push_back(chat_message("assistant", text));
+    std::fprintf(stderr, "[prompt %zu tokens (%zu reused), %.2f s | answer %lld tokens, %.1f tok/s]\n",
+                 ids.size(), reused, std::chrono::duration<double>(t1 - t0).count(),
+                 static_cast<long long>(n), double(n) / std::max(decode_s, 1e-9));
+}
+
+void chat(const ChatOptions& o) {
+    const auto model = Model::load(o.model.empty() ? default_model_path() : o.model);
+    const auto tok = Tokenizer::from_gguf(*model->file);
+    const ChatPrompt prompt(*model->file, *tok);
+    Session session(*model, {o.n_ctx, o.threads});
+    Chat c(o, session, *tok, prompt);
+
+    // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    const bool tty = isatty(STDIN_FILENO);
+    for (std::string line;;) {
+        if (tty) std::cerr << "> " << std::flush;
+        if (!std::getline(std::cin, line) || line == "/exit") break;
+        if (line == "/reset") {
+            c.reset();
+        } else if (!line.empty()) {
+            g_interrupted = 0;
+            c.turn(line);
+        }
+    }
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto o = std::make_shared<ChatOptions>();
+    CLI::App* c = app.add_subcommand("chat", "Chat with the model: user lines on stdin (/reset, /exit)");
+    c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
+    c->add_option("--system", o->system, "System message (also -sys)");
+    c->add_option("-n,--n-predict", o->n_predict, "Most tokens per answer")->check(int_in(0, 1 << 24));
+    c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
+        ->check(int_in(0, 1 << 24));
+    c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
+    c->add_option("--temp", o->sampling.temp, "Temperature (0: greedy)");
+    c->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
+    c->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+    c->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+    c->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
+        ->check(CLI::Range(0.0, 100.0));
+    c->add_option("--seed", o->sampling.seed, "Sampling seed");
+    c->callback([o] { chat(*o); });
+}
+
+}  // namespace minfer
