@@ -141,7 +141,7 @@ void Chat::turn(const std::string& user) {
 }
 
 void chat(const ChatOptions& o) {
-    const auto model = Model::load(o.model.empty() ? default_model_path() : o.model);
+    const auto model = load_model(o.model);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const ChatPrompt prompt(*model->file, *tok);
     Session session(*model, {o.n_ctx, o.threads});

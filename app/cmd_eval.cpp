@@ -37,7 +37,7 @@ nlohmann::json top_k_of(const float* row, int64_t n_vocab, int k) {
 }
 
 void eval(const EvalOptions& o) {
-    const auto model = Model::load(o.model.empty() ? default_model_path() : o.model);
+    const auto model = load_model(o.model);
     const std::vector<int32_t> ids = parse_ids(o.prompt_ids, "--prompt-ids");
     Session session(*model, {o.n_ctx, o.threads});
     const auto nt = int64_t(ids.size());

@@ -6,7 +6,13 @@
 #include <fstream>
 #include <iostream>
 
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "gguf/gguf.h"
 #include "graph/dump.h"
+#include "models/model.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -41,6 +47,26 @@ CLI::Validator int_in(int64_t lo, int64_t hi) {
             return {};
         },
         "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+namespace {
+
+void draw_progress(size_t done, size_t total, void*) {
+    constexpr int kWidth = 40;
+    const int filled = total ? int(double(done) / double(total) * kWidth) : kWidth;
+    std::fprintf(stderr, "\rloading [%s%s] %zu/%zu MB", std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(kWidth - filled), ' ').c_str(), done >> 20, total >> 20);
+    if (done == total) std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+    auto model = Model::load(path.empty() ? default_model_path() : path);
+    constexpr size_t kBigModel = size_t(100) << 20;
+    if (model->file->file_size() > kBigModel)
+        model->file->prefetch(isatty(2) ? draw_progress : nullptr, nullptr);
+    return model;
 }
 
 std::string default_model_path() {

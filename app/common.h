@@ -1,6 +1,7 @@
 // Helpers shared by the minfer subcommands.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,15 @@ class Validator;
 namespace minfer {
 
 class Session;
+struct Model;
 struct GraphParams;
 
 // "1,2,3" -> {1, 2, 3}; throws Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
+// Loads `path` (the embedded default model when empty). Files over ~100 MB are paged in up front with
+// a progress bar on stderr, so the first tokens are not slowed by page faults.
+std::unique_ptr<Model> load_model(const std::string& path);
+
 // The embedded default model (models/ next to the binary's source tree or install prefix).
 std::string default_model_path();
 
