@@ -13,5 +13,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Paths under the checkout's parent are hashed relative to it, so another clone reuses the objects.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BENCH=ON
 cmake --build build -j "$(nproc)"

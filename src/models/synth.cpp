@@ -18,14 +18,15 @@ class SynthWriter {
 
     // A [n_in, n_out] matrix, values ~ N(0, 1/n_in) so activations keep their scale through layers.
     void matrix(const std::string& name, int64_t n_in, int64_t n_out) {
-        const QuantTraits* q = quant_traits(s_.type);
-        if (!q || n_in % q->block_size != 0)
-            throw Error(std::string("synth: cannot write ") + ggml_type_name(s_.type) + " rows of " +
+        const GgmlType type = fits(s_.type, n_in) ? s_.type : s_.fallback_type.value_or(s_.type);
+        if (!fits(type, n_in))
+            throw Error(std::string("synth: cannot write ") + ggml_type_name(type) + " rows of " +
                         std::to_string(n_in));
+        const QuantTraits* q = quant_traits(type);
         std::vector<float> v = values(n_in * n_out, 1.0 / std::sqrt(double(n_in)), 0.0);
         std::vector<uint8_t> bytes(quant_row_bytes(*q, n_in) * size_t(n_out));
         q->from_float_ref(v.data(), bytes.data(), n_in * n_out);
-        w_.add_tensor(name, s_.type, {n_in, n_out}, std::move(bytes));
+        w_.add_tensor(name, type, {n_in, n_out}, std::move(bytes));
     }
     void vector(const std::string& name, int64_t n, double mean, double sd) {
         std::vector<float> v = values(n, sd, mean);
@@ -34,6 +35,10 @@ class SynthWriter {
     GgufWriter& writer() { return w_; }
 
   private:
+    static bool fits(GgmlType type, int64_t n_in) {
+        const QuantTraits* q = quant_traits(type);
+        return q && n_in % q->block_size == 0;
+    }
     std::vector<float> values(int64_t n, double sd, double mean) {
         std::normal_distribution<float> dist{float(mean), float(sd)};
         std::vector<float> v(static_cast<size_t>(n));
@@ -59,6 +64,7 @@ void write_hparams(GgufWriter& w, const SynthSpec& s) {
     w.set_u32(a + ".attention.value_length", uint32_t(s.head_dim));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
     w.set_f32(a + ".rope.freq_base", 1e6f);
+    for (const auto& [key, value] : s.extra_metadata) w.set(key, value);
 }
 
 }  // namespace

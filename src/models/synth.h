@@ -2,9 +2,13 @@
 // (graph census, fused-vs-unfused) and full-size shapes for benchmarks (bench/synth).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gguf/ggml_type.h"
+#include "gguf/gguf.h"
 
 namespace minfer {
 
@@ -15,6 +19,11 @@ struct SynthSpec {
     int64_t n_ctx_train = 4096;
     bool tied_output = true;
     GgmlType type = GgmlType::F32;  // type of the 2-D matrices; norms and biases stay F32
+    // Type for matrices whose rows `type` cannot hold (row length not a multiple of its block, e.g. 896
+    // for a 256-block K-quant), as llama-quantize falls back; unset: such a matrix is an Error.
+    std::optional<GgmlType> fallback_type;
+    // Extra metadata written after the hyperparameters (e.g. a real vocabulary's tokenizer.* keys).
+    std::vector<std::pair<std::string, GgufValue>> extra_metadata;
     uint64_t seed = 1;
 };
 

@@ -1,0 +1,119 @@
+// minfer-synth PRESET TYPE OUT.gguf [--vocab FILE] [--seed N]: a random-valued GGUF with the exact tensor
+// shapes of a real model, for benchmarks (speed depends on shapes and types, not on the values).
+//
+// TYPE is the type of every 2-D matrix (norms and biases stay F32). llama.cpp's mixes are approximated by
+// one type: Q4_K_M means Q4_K everywhere (the real mix puts attn_v, half of ffn_down and the output in
+// Q6_K), Q5_K_M means Q5_K. Matrices whose rows a 256-element K-quant cannot hold (qwen2.5-0.5b's 896)
+// fall back as llama-quantize does, to the nearest type minfer has: Q4_K -> Q4_0, Q5_K/Q6_K -> Q8_0.
+//
+// --vocab copies the tokenizer.* metadata of a vocabulary GGUF (e.g. ../shared/models/qwen-vocab.gguf),
+// padding the token list with unused "[PADn]" tokens up to the embedding's rows, so that `minfer run -p`
+// and llama.cpp's tools accept the file. Without it the file has no tokenizer.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "models/synth.h"
+#include "util/error.h"
+
+namespace {
+
+using minfer::GgmlType;
+using minfer::GgufValue;
+using minfer::GgufValueType;
+using minfer::SynthSpec;
+
+SynthSpec preset(const std::string& name) {
+    // arch, layers, embd, heads, kv heads, head_dim, ff, vocab, ctx, tied
+    static const std::map<std::string, SynthSpec> presets = {
+        {"qwen2.5-0.5b", {"qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, true}},
+        {"qwen2.5-1.5b", {"qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, true}},
+        {"qwen2.5-7b", {"qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, false}},
+        {"qwen3-0.6b", {"qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true}},
+        {"qwen3-8b", {"qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, false}},
+        {"llama3-8b", {"llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, false}},
+    };
+    const auto it = presets.find(name);
+    if (it == presets.end()) throw minfer::Error("unknown preset " + name);
+    return it->second;
+}
+
+// Sets the matrix type and its fallback for rows the type's blocks do not divide.
+void set_type(SynthSpec& s, const std::string& name) {
+    static const std::map<std::string, std::pair<GgmlType, GgmlType>> types = {
+        {"F16", {GgmlType::F16, GgmlType::F16}},      {"BF16", {GgmlType::BF16, GgmlType::BF16}},
+        {"Q8_0", {GgmlType::Q8_0, GgmlType::Q8_0}},   {"Q4_0", {GgmlType::Q4_0, GgmlType::Q4_0}},
+        {"Q6_K", {GgmlType::Q6_K, GgmlType::Q8_0}},   {"Q5_K", {GgmlType::Q5_K, GgmlType::Q8_0}},
+        {"Q5_K_M", {GgmlType::Q5_K, GgmlType::Q8_0}}, {"Q4_K", {GgmlType::Q4_K, GgmlType::Q4_0}},
+        {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q4_0}},
+    };
+    const auto it = types.find(name);
+    if (it == types.end()) throw minfer::Error("unknown type " + name);
+    s.type = it->second.first;
+    s.fallback_type = it->second.second;
+}
+
+// `value` (an array) extended to `n` items with `pad(i)`.
+GgufValue padded(const GgufValue& value, size_t n, GgufValue (*pad)(size_t)) {
+    const auto& array = *std::get<std::shared_ptr<minfer::GgufArray>>(value.v);
+    std::vector<GgufValue> items = array.items;
+    if (items.size() > n)
+        throw minfer::Error("the vocabulary has " + std::to_string(items.size()) + " tokens, more than the " +
+                            std::to_string(n) + " embedding rows");
+    for (size_t i = items.size(); i < n; ++i) items.push_back(pad(i));
+    return minfer::GgufWriter::make_array(array.elem_type, std::move(items));
+}
+
+void copy_vocab(SynthSpec& s, const std::string& path) {
+    const auto file = minfer::GgufFile::open(path);
+    const size_t n = size_t(s.n_vocab);
+    for (const auto& [key, value] : file->metadata()) {
+        if (key.rfind("tokenizer.", 0) != 0) continue;
+        if (key == "tokenizer.ggml.tokens")
+            s.extra_metadata.emplace_back(
+                key, padded(value, n, [](size_t i) {
+                    return GgufValue{GgufValueType::STRING, "[PAD" + std::to_string(i) + "]"};
+                }));
+        else if (key == "tokenizer.ggml.token_type")  // 5: unused
+            s.extra_metadata.emplace_back(key, padded(value, n, [](size_t) {
+                                              return GgufValue{GgufValueType::I32, int64_t(5)};
+                                          }));
+        else if (key == "tokenizer.ggml.scores")
+            s.extra_metadata.emplace_back(key, padded(value, n, [](size_t) {
+                                              return GgufValue{GgufValueType::F32, 0.0};
+                                          }));
+        else
+            s.extra_metadata.emplace_back(key, value);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Write a random-valued GGUF with a real model's tensor shapes, for benchmarks"};
+    std::string preset_name, type_name, out, vocab;
+    uint64_t seed = 1;
+    app.add_option("preset", preset_name,
+                   "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b")
+        ->required();
+    app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0")->required();
+    app.add_option("out", out, "Output GGUF")->required();
+    app.add_option("--vocab", vocab, "Copy the tokenizer.* metadata of this GGUF");
+    app.add_option("--seed", seed, "Random seed");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        SynthSpec s = preset(preset_name);
+        set_type(s, type_name);
+        s.seed = seed;
+        if (!vocab.empty()) copy_vocab(s, vocab);
+        minfer::write_synth_model(s, out);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "minfer-synth: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
