@@ -16,7 +16,8 @@
 namespace minfer::test {
 
 inline const GgmlType kAllQuantTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-                                          GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                          GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                          GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 inline const QuantTraits& traits(GgmlType t) {
     const QuantTraits* q = quant_traits(t);
@@ -67,8 +68,11 @@ inline std::vector<uint8_t> random_row(std::mt19937& rng, GgmlType t, int64_t n)
             }
             case GgmlType::Q8_0:
             case GgmlType::Q4_0:
+            case GgmlType::Q5_0:
                 set_scale(blk, random_scale(rng));
                 break;
+            case GgmlType::Q4_1:
+            case GgmlType::Q5_1:
             case GgmlType::Q4_K:
             case GgmlType::Q5_K:
                 set_scale(blk, random_scale(rng));

@@ -15,7 +15,10 @@ namespace minfer::test {
 namespace {
 
 using quants::BlockQ4_0;
+using quants::BlockQ4_1;
 using quants::BlockQ4K;
+using quants::BlockQ5_0;
+using quants::BlockQ5_1;
 using quants::BlockQ6K;
 using quants::BlockQ8_0;
 
@@ -42,8 +45,10 @@ TEST(QuantTraits, LayoutsMatchGgml) {
     };
     const Want want[] = {{GgmlType::F32, "F32", 1, 4},       {GgmlType::F16, "F16", 1, 2},
                          {GgmlType::BF16, "BF16", 1, 2},     {GgmlType::Q8_0, "Q8_0", 32, 34},
-                         {GgmlType::Q4_0, "Q4_0", 32, 18},   {GgmlType::Q4_K, "Q4_K", 256, 144},
-                         {GgmlType::Q5_K, "Q5_K", 256, 176}, {GgmlType::Q6_K, "Q6_K", 256, 210}};
+                         {GgmlType::Q4_0, "Q4_0", 32, 18},   {GgmlType::Q4_1, "Q4_1", 32, 20},
+                         {GgmlType::Q5_0, "Q5_0", 32, 22},   {GgmlType::Q5_1, "Q5_1", 32, 24},
+                         {GgmlType::Q4_K, "Q4_K", 256, 144}, {GgmlType::Q5_K, "Q5_K", 256, 176},
+                         {GgmlType::Q6_K, "Q6_K", 256, 210}};
     for (const Want& w : want) {
         const QuantTraits* q = quant_traits(w.t);
         ASSERT_NE(q, nullptr) << w.name;
@@ -53,8 +58,52 @@ TEST(QuantTraits, LayoutsMatchGgml) {
         EXPECT_EQ(q->type_size, w.bytes) << w.name;
         EXPECT_EQ(quant_row_bytes(*q, 3 * w.block), 3 * w.bytes) << w.name;
     }
-    EXPECT_EQ(quant_traits(GgmlType::Q4_1), nullptr);
+    EXPECT_EQ(quant_traits(GgmlType::Q8_1), nullptr);
     EXPECT_EQ(quant_traits(GgmlType::IQ4_XS), nullptr);
+    EXPECT_EQ(offsetof(BlockQ4_1, qs), 4u);
+    EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
+    EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+    EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+    EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+}
+
+// The Q4_1 / Q5_0 / Q5_1 element order written out by hand, independently of the kernels: element j < 16
+// is the low nibble of qs[j], element j + 16 the high nibble, and the fifth bit of element e is bit e of
+// the little-endian word qh. Levels are chosen so that every element has a distinct value.
+TEST(QuantTraits, Block32LayoutsByHand) {
+    // Level of element e: nibble (e * 7) % 16, fifth bit set for odd e (Q5 types).
+    auto nib = [](int e) { return (e * 7) % 16; };
+    auto fifth = [](int e) { return e & 1; };
+    uint8_t qs[16];
+    for (int j = 0; j < 16; ++j) qs[j] = uint8_t(nib(j) | (nib(j + 16) << 4));
+    const uint8_t qh[4] = {0xAA, 0xAA, 0xAA, 0xAA};  // bits 1, 3, 5, ...: the odd elements
+    const uint16_t d = f32_to_fp16(0.5f), m = f32_to_fp16(-3.0f);
+
+    BlockQ4_1 b41{};
+    BlockQ5_0 b50{};
+    BlockQ5_1 b51{};
+    b41.d = b50.d = b51.d = d;
+    b41.m = b51.m = m;
+    std::memcpy(b41.qs, qs, 16);
+    std::memcpy(b50.qs, qs, 16);
+    std::memcpy(b51.qs, qs, 16);
+    std::memcpy(b50.qh, qh, 4);
+    std::memcpy(b51.qh, qh, 4);
+    for (const bool simd : {false, true}) {
+        if (simd && !quants_use_avx2()) continue;
+        float y41[32], y50[32], y51[32];
+        const QuantTraits &q41 = traits(GgmlType::Q4_1), &q50 = traits(GgmlType::Q5_0),
+                          &q51 = traits(GgmlType::Q5_1);
+        (simd ? q41.to_float : q41.to_float_ref)(&b41, y41, 32);
+        (simd ? q50.to_float : q50.to_float_ref)(&b50, y50, 32);
+        (simd ? q51.to_float : q51.to_float_ref)(&b51, y51, 32);
+        for (int e = 0; e < 32; ++e) {
+            const int q5 = nib(e) + 16 * fifth(e);
+            EXPECT_EQ(y41[e], 0.5f * float(nib(e)) - 3.0f) << "Q4_1 simd=" << simd << " e=" << e;
+            EXPECT_EQ(y50[e], 0.5f * float(q5 - 16)) << "Q5_0 simd=" << simd << " e=" << e;
+            EXPECT_EQ(y51[e], 0.5f * float(q5) - 3.0f) << "Q5_1 simd=" << simd << " e=" << e;
+        }
+    }
 }
 
 TEST(QuantTraits, SimdSelectedWhenCpuSupportsIt) {
@@ -110,11 +159,11 @@ TEST(QuantTraits, SimdHalfConversionsCoverEveryPattern) {
 
 // Rounding budget of the SIMD dot: both versions multiply the same (bit-identical) dequantized weights by
 // x; the reference sums in double (error ~n * 2^-53, negligible) and rounds once to float. The SIMD sum
-// passes each product through at most n/32 + 12 f32 roundings (8 lanes x 4 accumulators in the dense and
-// K-quant kernels, 2 accumulators of whole 32-element blocks in Q8_0/Q4_0, plus in-block partial sums,
-// the final horizontal reduction and a <= 7 element scalar tail), so by the standard bound for recursive
-// summation |simd - ref| <= (n/32 + 13) * 2^-24 * sum |w_i x_i|. A dropped or misplaced 8-element piece
-// changes the result by ~8/n of that sum, far above the budget.
+// passes each product through at most n/32 + 12 f32 roundings (8 lanes x 4 accumulators in the dense,
+// K-quant and Q4_1/Q5_1 kernels, 2 accumulators of whole 32-element blocks in Q8_0/Q4_0/Q5_0, plus
+// in-block partial sums, the final horizontal reduction and a <= 7 element scalar tail), so by the
+// standard bound for recursive summation |simd - ref| <= (n/32 + 13) * 2^-24 * sum |w_i x_i|. A dropped or
+// misplaced 8-element piece changes the result by ~8/n of that sum, far above the budget.
 TEST_P(QuantType, SimdDotMatchesReferenceWithinRoundingBudget) {
     const QuantTraits& q = traits(GetParam());
     std::mt19937 rng(99);
@@ -157,6 +206,15 @@ float step_bound(const QuantTraits& q, const uint8_t* blk, int e, float x) {
         case GgmlType::Q4_0: {  // an opposite-signed value beyond 7.5 steps clamps to level 7
             const float d = std::fabs(fp16_to_f32(reinterpret_cast<const BlockQ4_0*>(blk)->d));
             return (std::fabs(x) <= 7.5f * d ? 0.5f * d : d) + slack;
+        }
+        case GgmlType::Q5_0: {  // likewise beyond 15.5 steps to level 15
+            const float d = std::fabs(fp16_to_f32(reinterpret_cast<const BlockQ5_0*>(blk)->d));
+            return (std::fabs(x) <= 15.5f * d ? 0.5f * d : d) + slack;
+        }
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1: {  // d and m lead both layouts; x - m is rounded before the division
+            const auto& b = *reinterpret_cast<const BlockQ4_1*>(blk);
+            return 0.5f * fp16_to_f32(b.d) + std::ldexp(std::fabs(x) + std::fabs(fp16_to_f32(b.m)), -22);
         }
         case GgmlType::Q4_K:
         case GgmlType::Q5_K: {
@@ -203,9 +261,10 @@ TEST_P(QuantType, QuantizeErrorWithinHalfStepOfEachElement) {
 // Relative RMSE on N(0,1) data. Rounding to a grid of step s leaves an error of RMS s / sqrt(12). For
 // F16/BF16 the step is one ulp, 2^-11..2^-10 (2^-8..2^-7) of |x|: 1.4e-4..2.8e-4 (1.1e-3..2.3e-3). For the
 // block types the step is the block's range over its level count (block max of 32 Gaussians ~2.1 sigma,
-// of 16 ~1.8 sigma, scales rounded up), giving about Q8_0 0.5%, Q6_K 2%, Q5_K 4%, Q4_K 8%, Q4_0 8% (the
-// clamped extreme level adds a little). Measured with this seed: 2.1e-4, 1.7e-3, 0.54%, 2.0%, 3.9%,
-// 8.0%, 8.6%; the limits sit 15-50% above, and a broken quantizer lands near 100%.
+// of 16 ~1.8 sigma, scales rounded up), giving about Q8_0 0.5%, Q6_K 2%, Q5_K/Q5_1 4%, Q5_0 4%,
+// Q4_K/Q4_1 8%, Q4_0 8% (the clamped extreme level adds a little). Measured with this seed: 2.1e-4,
+// 1.7e-3, 0.54%, 2.0%, 3.9%/3.8%, 4.3%, 8.0%/7.9%, 8.6%; the limits sit 15-50% above, and a broken
+// quantizer lands near 100%.
 double gaussian_rmse_limit(GgmlType t) {
     switch (t) {
         case GgmlType::F16:
@@ -217,9 +276,13 @@ double gaussian_rmse_limit(GgmlType t) {
         case GgmlType::Q6_K:
             return 0.025;
         case GgmlType::Q5_K:
+        case GgmlType::Q5_1:
+        case GgmlType::Q5_0:
             return 0.05;
         case GgmlType::Q4_K:
             return 0.11;
+        case GgmlType::Q4_1:
+            return 0.10;
         case GgmlType::Q4_0:
             return 0.10;
         default:

@@ -18,7 +18,10 @@ namespace minfer {
 namespace {
 
 using quants::BlockQ4_0;
+using quants::BlockQ4_1;
 using quants::BlockQ4K;
+using quants::BlockQ5_0;
+using quants::BlockQ5_1;
 using quants::BlockQ5K;
 using quants::BlockQ6K;
 using quants::BlockQ8_0;
@@ -49,6 +52,35 @@ void deq_q4_0(const BlockQ4_0& b, float* y) {
         y[l] = float((b.qs[l] & 0xF) - 8) * d;
         y[l + kQK0 / 2] = float((b.qs[l] >> 4) - 8) * d;
     }
+}
+
+// Levels 0..15 (0..31) of a 32-element block of Q4_0/Q4_1 (Q5_0/Q5_1): element l < 16 is the low nibble
+// of qs[l], element l + 16 the high nibble; the Q5 types add bit l of the 32-bit word qh as 16.
+template <class Block>
+void block32_levels(const Block& b, int* q) {
+    uint32_t qh = 0;
+    if constexpr (requires { b.qh; }) std::memcpy(&qh, b.qh, sizeof qh);
+    for (int l = 0; l < kQK0 / 2; ++l) {
+        q[l] = (b.qs[l] & 0xF) | int((qh >> l) & 1) << 4;
+        q[l + kQK0 / 2] = (b.qs[l] >> 4) | int((qh >> (l + kQK0 / 2)) & 1) << 4;
+    }
+}
+
+void deq_q5_0(const BlockQ5_0& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    int q[kQK0];
+    block32_levels(b, q);
+    for (int l = 0; l < kQK0; ++l) y[l] = float(q[l] - 16) * d;
+}
+
+// Q4_1 / Q5_1: value = fma(q, d, m), one rounding (see quants_impl.h).
+template <class Block>
+void deq_block32_min(const Block& b, float* y) {
+    const float d = fp16_to_f32(b.d);
+    const float m = fp16_to_f32(b.m);
+    int q[kQK0];
+    block32_levels(b, q);
+    for (int l = 0; l < kQK0; ++l) y[l] = std::fma(float(q[l]), d, m);
 }
 
 // Q4_K and Q5_K: sub-block j takes nibble (j & 1) of qs[32 (j / 2) + l]; Q5_K adds bit j of qh[l] as 16.
@@ -111,6 +143,13 @@ uint16_t fp16_ceil(float v) {  // smallest fp16 >= v, for finite v >= 0 within f
     return h;
 }
 
+uint16_t fp16_floor(float v) {  // largest fp16 <= v, for finite v within fp16 range
+    if (v < 0.0f) return uint16_t(fp16_ceil(-v) | 0x8000);
+    uint16_t h = f32_to_fp16(v);
+    if (fp16_to_f32(h) > v) --h;
+    return h;
+}
+
 float abs_max(const float* x, int n) {
     float a = 0.0f;
     for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
@@ -146,22 +185,50 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
     }
 }
 
-// As ggml: the value of largest magnitude maps to level -8 (so the grid reaches 8 steps on its side);
-// an opposite-signed value beyond 7.5 steps clamps to +7.
-void quant_q4_0(const float* x, void* dst, int64_t n) {
-    auto* b = static_cast<BlockQ4_0*>(dst);
+// Inverse of block32_levels: store levels 0..15 (0..31) of a 32-element block.
+template <class Block>
+void pack_block32(const int* q, Block& b) {
+    uint32_t qh = 0;
+    for (int l = 0; l < kQK0 / 2; ++l) {
+        b.qs[l] = uint8_t((q[l] & 0xF) | ((q[l + kQK0 / 2] & 0xF) << 4));
+        qh |= uint32_t(q[l] >> 4) << l;
+        qh |= uint32_t(q[l + kQK0 / 2] >> 4) << (l + kQK0 / 2);
+    }
+    if constexpr (requires { b.qh; }) std::memcpy(b.qh, &qh, sizeof qh);
+}
+
+// Q4_0 / Q5_0, as ggml: the value of largest magnitude maps to level -kHalf (-8 / -16), so the grid
+// reaches kHalf steps on its side; an opposite-signed value beyond kHalf - 0.5 steps clamps to kHalf - 1.
+template <class Block, int kHalf>
+void quant_block32_sym(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<Block*>(dst);
     for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
         float vmax = 0.0f;
         for (int l = 0; l < kQK0; ++l)
             if (std::fabs(x[l]) > std::fabs(vmax)) vmax = x[l];
-        const uint16_t mag = fp16_ceil(std::fabs(vmax) / 8.0f);
+        const uint16_t mag = fp16_ceil(std::fabs(vmax) / float(kHalf));
         b[i].d = vmax > 0.0f ? uint16_t(mag | 0x8000) : mag;
         const float d = fp16_to_f32(b[i].d);
-        for (int l = 0; l < kQK0 / 2; ++l) {
-            const int q0 = level(x[l], d, -8, 7) + 8;
-            const int q1 = level(x[l + kQK0 / 2], d, -8, 7) + 8;
-            b[i].qs[l] = uint8_t(q0 | (q1 << 4));
-        }
+        int q[kQK0];
+        for (int l = 0; l < kQK0; ++l) q[l] = level(x[l], d, -kHalf, kHalf - 1) + kHalf;
+        pack_block32(q, b[i]);
+    }
+}
+
+// Q4_1 / Q5_1: m is the block minimum rounded down to fp16 and d the rest of the range over kMax levels
+// rounded up, so the grid [m, m + kMax * d] covers the block.
+template <class Block, int kMax>
+void quant_block32_min(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<Block*>(dst);
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        const float lo = *std::min_element(x, x + kQK0), hi = *std::max_element(x, x + kQK0);
+        b[i].m = fp16_floor(lo);
+        const float m = fp16_to_f32(b[i].m);
+        b[i].d = fp16_ceil((hi - m) / float(kMax));
+        const float d = fp16_to_f32(b[i].d);
+        int q[kQK0];
+        for (int l = 0; l < kQK0; ++l) q[l] = level(x[l] - m, d, 0, kMax);
+        pack_block32(q, b[i]);
     }
 }
 
@@ -274,7 +341,7 @@ QuantTraits entry(GgmlType type, const char* name, void (*quant)(const float*, v
     return q;
 }
 
-std::array<QuantTraits, 8> build_table() {
+std::array<QuantTraits, 11> build_table() {
     namespace v = quants::avx2;
     const bool s = quants_use_avx2();
     return {
@@ -283,8 +350,14 @@ std::array<QuantTraits, 8> build_table() {
         entry<uint16_t, 1, deq_bf16>(GgmlType::BF16, "BF16", quant_bf16, v::to_float_bf16, v::dot_bf16, s),
         entry<BlockQ8_0, kQK0, deq_q8_0>(GgmlType::Q8_0, "Q8_0", quant_q8_0, v::to_float_q8_0, v::dot_q8_0,
                                          s),
-        entry<BlockQ4_0, kQK0, deq_q4_0>(GgmlType::Q4_0, "Q4_0", quant_q4_0, v::to_float_q4_0, v::dot_q4_0,
-                                         s),
+        entry<BlockQ4_0, kQK0, deq_q4_0>(GgmlType::Q4_0, "Q4_0", quant_block32_sym<BlockQ4_0, 8>,
+                                         v::to_float_q4_0, v::dot_q4_0, s),
+        entry<BlockQ4_1, kQK0, deq_block32_min<BlockQ4_1>>(
+            GgmlType::Q4_1, "Q4_1", quant_block32_min<BlockQ4_1, 15>, v::to_float_q4_1, v::dot_q4_1, s),
+        entry<BlockQ5_0, kQK0, deq_q5_0>(GgmlType::Q5_0, "Q5_0", quant_block32_sym<BlockQ5_0, 16>,
+                                         v::to_float_q5_0, v::dot_q5_0, s),
+        entry<BlockQ5_1, kQK0, deq_block32_min<BlockQ5_1>>(
+            GgmlType::Q5_1, "Q5_1", quant_block32_min<BlockQ5_1, 31>, v::to_float_q5_1, v::dot_q5_1, s),
         entry<BlockQ4K, kQKK, deq_k_type1<BlockQ4K>>(GgmlType::Q4_K, "Q4_K", quant_k_type1<BlockQ4K>,
                                                      v::to_float_q4_k, v::dot_q4_k, s),
         entry<BlockQ5K, kQKK, deq_k_type1<BlockQ5K>>(GgmlType::Q5_K, "Q5_K", quant_k_type1<BlockQ5K>,
@@ -307,7 +380,7 @@ bool quants_use_avx2() {
 }
 
 const QuantTraits* quant_traits(GgmlType t) {
-    static const std::array<QuantTraits, 8> table = build_table();
+    static const std::array<QuantTraits, 11> table = build_table();
     for (const QuantTraits& q : table)
         if (q.type == t) return &q;
     return nullptr;

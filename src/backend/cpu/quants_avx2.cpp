@@ -110,7 +110,35 @@ float dense_dot(const void* w, const float* x, int64_t n) {
     return s;
 }
 
-// ---- Q8_0 / Q4_0: 32-element blocks with one fp16 scale ----
+// ---- Q8_0 / Q4_0 / Q5_0: 32-element blocks with one fp16 scale; Q4_1 / Q5_1 add an fp16 minimum ----
+// A decoder turns a block into its levels q[k] = elements 8k..8k+8 as floats (value = d * q, or
+// fma(q, d, m) for the types with a minimum).
+
+// Nibble levels 0..15 of a Q4/Q5 block: elements 0..15 are the low nibbles of qs[0..16), 16..31 the high.
+inline void nibble_levels(const uint8_t* qs, __m256i q[4]) {
+    const __m256i lo = u8x8(qs), hi = u8x8(qs + 8);
+    const __m256i mask = _mm256_set1_epi32(0xF);
+    q[0] = _mm256_and_si256(lo, mask);
+    q[1] = _mm256_and_si256(hi, mask);
+    q[2] = _mm256_srli_epi32(lo, 4);
+    q[3] = _mm256_srli_epi32(hi, 4);
+}
+
+// Q5_0 / Q5_1: bit e of the 32-bit word qh, moved to bit 4, joins the nibble of element e. Each lane
+// shifts the broadcast word right by its own element index.
+inline void add_fifth_bits(const uint8_t* qh_bytes, __m256i q[4]) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, sizeof qh);
+    const __m256i h = _mm256_set1_epi32(int(qh));
+    const __m256i one = _mm256_set1_epi32(1);
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(h, idx), one);
+        q[k] = _mm256_or_si256(q[k], _mm256_slli_epi32(bit, 4));
+        idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+    }
+}
 
 struct Q8_0Dec {
     using Block = BlockQ8_0;
@@ -123,12 +151,44 @@ struct Q8_0Dec {
 struct Q4_0Dec {
     using Block = BlockQ4_0;
     static void levels(const Block& b, __m256 q[4]) {
-        const __m256i lo = u8x8(b.qs), hi = u8x8(b.qs + 8);
-        const __m256i mask = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
-        q[0] = to_ps(_mm256_sub_epi32(_mm256_and_si256(lo, mask), eight));
-        q[1] = to_ps(_mm256_sub_epi32(_mm256_and_si256(hi, mask), eight));
-        q[2] = to_ps(_mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight));
-        q[3] = to_ps(_mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight));
+        __m256i v[4];
+        nibble_levels(b.qs, v);
+        const __m256i eight = _mm256_set1_epi32(8);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) q[k] = to_ps(_mm256_sub_epi32(v[k], eight));
+    }
+};
+
+struct Q5_0Dec {
+    using Block = BlockQ5_0;
+    static void levels(const Block& b, __m256 q[4]) {
+        __m256i v[4];
+        nibble_levels(b.qs, v);
+        add_fifth_bits(b.qh, v);
+        const __m256i sixteen = _mm256_set1_epi32(16);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) q[k] = to_ps(_mm256_sub_epi32(v[k], sixteen));
+    }
+};
+
+struct Q4_1Dec {
+    using Block = BlockQ4_1;
+    static void levels(const Block& b, __m256 q[4]) {
+        __m256i v[4];
+        nibble_levels(b.qs, v);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) q[k] = to_ps(v[k]);
+    }
+};
+
+struct Q5_1Dec {
+    using Block = BlockQ5_1;
+    static void levels(const Block& b, __m256 q[4]) {
+        __m256i v[4];
+        nibble_levels(b.qs, v);
+        add_fifth_bits(b.qh, v);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) q[k] = to_ps(v[k]);
     }
 };
 
@@ -172,6 +232,36 @@ float block32_dot(const void* w, const float* x, int64_t n) {
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s0, acc0);
     }
     return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Q4_1 / Q5_1: weights fma(q, d, m) as in the scalar reference, bit for bit; the dot multiplies these
+// dequantized weights into four accumulators (no d * sum(q x) + m * sum(x) split, whose two terms may
+// cancel far beyond the rounding budget of sum |w x|).
+template <class Dec>
+void block32_min_to_float(const void* w, float* dst, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    for (int64_t i = 0; i < n / kQK0; ++i, dst += kQK0) {
+        __m256 q[4];
+        Dec::levels(b[i], q);
+        const __m256 d = _mm256_set1_ps(half_to_float(b[i].d)), m = _mm256_set1_ps(half_to_float(b[i].m));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + 8 * k, _mm256_fmadd_ps(q[k], d, m));
+    }
+}
+
+template <class Dec>
+float block32_min_dot(const void* w, const float* x, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        __m256 q[4];
+        Dec::levels(b[i], q);
+        const __m256 d = _mm256_set1_ps(half_to_float(b[i].d)), m = _mm256_set1_ps(half_to_float(b[i].m));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(_mm256_fmadd_ps(q[k], d, m), _mm256_loadu_ps(x + 8 * k), acc[k]);
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // ---- K-quants: a walker dequantizes a 256-element super-block 8 elements at a time and hands each
@@ -312,6 +402,15 @@ void to_float_q8_0(const void* w, float* dst, int64_t n) {
 void to_float_q4_0(const void* w, float* dst, int64_t n) {
     block32_to_float<Q4_0Dec>(w, dst, n);
 }
+void to_float_q4_1(const void* w, float* dst, int64_t n) {
+    block32_min_to_float<Q4_1Dec>(w, dst, n);
+}
+void to_float_q5_0(const void* w, float* dst, int64_t n) {
+    block32_to_float<Q5_0Dec>(w, dst, n);
+}
+void to_float_q5_1(const void* w, float* dst, int64_t n) {
+    block32_min_to_float<Q5_1Dec>(w, dst, n);
+}
 void to_float_q4_k(const void* w, float* dst, int64_t n) {
     k_to_float<BlockQ4K, walk_k_type1<BlockQ4K, StoreSink>>(w, dst, n);
 }
@@ -336,6 +435,15 @@ float dot_q8_0(const void* w, const float* x, int64_t n) {
 }
 float dot_q4_0(const void* w, const float* x, int64_t n) {
     return block32_dot<Q4_0Dec>(w, x, n);
+}
+float dot_q4_1(const void* w, const float* x, int64_t n) {
+    return block32_min_dot<Q4_1Dec>(w, x, n);
+}
+float dot_q5_0(const void* w, const float* x, int64_t n) {
+    return block32_dot<Q5_0Dec>(w, x, n);
+}
+float dot_q5_1(const void* w, const float* x, int64_t n) {
+    return block32_min_dot<Q5_1Dec>(w, x, n);
 }
 float dot_q4_k(const void* w, const float* x, int64_t n) {
     return k_dot<BlockQ4K, walk_k_type1<BlockQ4K, DotSink>>(w, x, n);

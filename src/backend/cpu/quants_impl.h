@@ -10,7 +10,7 @@
 
 namespace minfer::quants {
 
-inline constexpr int kQK0 = 32;   // elements per Q8_0 / Q4_0 block
+inline constexpr int kQK0 = 32;   // elements per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block
 inline constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ8_0 {
@@ -25,6 +25,33 @@ struct BlockQ4_0 {
     uint8_t qs[kQK0 / 2];
 };
 static_assert(sizeof(BlockQ4_0) == 18);
+
+// Nibbles as Q4_0, unsigned levels with a minimum: value = d * q + m (0 <= q <= 15), evaluated by minfer
+// as one fused multiply-add fma(q, d, m) as for Q4_K (ggml may round twice: <= 1 ulp apart).
+struct BlockQ4_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[kQK0 / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// Nibbles as Q4_0 plus a fifth bit: bit j of the little-endian 32-bit word qh is bit 4 of element j
+// (so element j < 16 takes bit j, element j + 16 bit j + 16); value = d * (q - 16).
+struct BlockQ5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[kQK0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// Levels as Q5_0, unsigned with a minimum: value = d * q + m (0 <= q <= 31).
+struct BlockQ5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[kQK0 / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
 
 // 8 sub-blocks of 32; value = d * sc_j * q - dmin * m_j with 6-bit sc_j, m_j packed in `scales`.
 // qs[32p + l] holds element 64p + l (low nibble) and 64p + 32 + l (high nibble). minfer evaluates the
@@ -79,6 +106,9 @@ void to_float_f16(const void* blocks, float* dst, int64_t n);
 void to_float_bf16(const void* blocks, float* dst, int64_t n);
 void to_float_q8_0(const void* blocks, float* dst, int64_t n);
 void to_float_q4_0(const void* blocks, float* dst, int64_t n);
+void to_float_q4_1(const void* blocks, float* dst, int64_t n);
+void to_float_q5_0(const void* blocks, float* dst, int64_t n);
+void to_float_q5_1(const void* blocks, float* dst, int64_t n);
 void to_float_q4_k(const void* blocks, float* dst, int64_t n);
 void to_float_q5_k(const void* blocks, float* dst, int64_t n);
 void to_float_q6_k(const void* blocks, float* dst, int64_t n);
@@ -88,6 +118,9 @@ float dot_f16(const void* blocks, const float* x, int64_t n);
 float dot_bf16(const void* blocks, const float* x, int64_t n);
 float dot_q8_0(const void* blocks, const float* x, int64_t n);
 float dot_q4_0(const void* blocks, const float* x, int64_t n);
+float dot_q4_1(const void* blocks, const float* x, int64_t n);
+float dot_q5_0(const void* blocks, const float* x, int64_t n);
+float dot_q5_1(const void* blocks, const float* x, int64_t n);
 float dot_q4_k(const void* blocks, const float* x, int64_t n);
 float dot_q5_k(const void* blocks, const float* x, int64_t n);
 float dot_q6_k(const void* blocks, const float* x, int64_t n);
