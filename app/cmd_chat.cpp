@@ -7,7 +7,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -16,7 +15,7 @@
 
 #include "chat_prompt.h"
 #include "common.h"
-#include "runtime/sampler.h"
+#include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +41,8 @@ class Chat {
   public:
     Chat(const ChatOptions& o, Session& s, const Tokenizer& tok, const ChatPrompt& prompt)
         : o_(o), s_(s), tok_(tok), prompt_(prompt), sampler_(o.sampling) {
+        gen_.n_predict = o.n_predict;
+        gen_.should_stop = [] { return g_interrupted != 0; };
         reset();
     }
 
@@ -51,17 +52,16 @@ class Chat {
     void turn(const std::string& user);
 
   private:
-    // Forwards the rendered conversation `ids` past what the cache holds; returns the number of reused
-    // tokens.
-    size_t prefill(const std::vector<int32_t>& ids, std::span<const float>& logits);
-    // Samples and streams up to n_predict tokens after `logits`; returns the text and the token count.
-    std::pair<std::string, int64_t> decode(std::span<const float> logits);
+    // Tokens of the rendered conversation `ids` that the KV cache does not hold yet (never empty: the
+    // last prompt token must be forwarded for its logits); resets the cache when it diverged.
+    std::span<const int32_t> new_tokens(const std::vector<int32_t>& ids);
 
     const ChatOptions& o_;
     Session& s_;
     const Tokenizer& tok_;
     const ChatPrompt& prompt_;
     Sampler sampler_;
+    GenerateParams gen_;
     nlohmann::ordered_json messages_;
     std::vector<int32_t> cached_;  // the tokens in the KV cache, positions 0 .. n_past - 1
 };
@@ -74,48 +74,16 @@ void Chat::reset() {
     sampler_.reset();
 }
 
-size_t Chat::prefill(const std::vector<int32_t>& ids, std::span<const float>& logits) {
+std::span<const int32_t> Chat::new_tokens(const std::vector<int32_t>& ids) {
     const auto diverge = std::mismatch(cached_.begin(), cached_.end(), ids.begin(), ids.end());
-    size_t reused = size_t(diverge.first - cached_.begin());
+    const auto reused = size_t(diverge.first - cached_.begin());
     // The cache cannot be cut back, and the last prompt token must be forwarded to get its logits.
     if (reused < cached_.size() || reused == ids.size()) {
         s_.reset();
         cached_.clear();
-        reused = 0;
+        return ids;
     }
-    const std::span<const int32_t> suffix(ids.begin() + ptrdiff_t(reused), ids.end());
-    for (int32_t id : suffix) sampler_.accept(id);
-    logits = s_.forward(suffix, 1);
-    cached_.insert(cached_.end(), suffix.begin(), suffix.end());
-    return reused;
-}
-
-std::pair<std::string, int64_t> Chat::decode(std::span<const float> logits) {
-    StreamDecoder stream(tok_);
-    std::string text;
-    std::vector<float> row;
-    int64_t n = 0;
-    for (int32_t prev = -1; n < o_.n_predict && !g_interrupted; ++n) {
-        if (prev >= 0) {
-            if (s_.n_past() >= s_.n_ctx()) {
-                std::fprintf(stderr, "\nstopped: the context is full (use /reset, or -c to raise it)\n");
-                break;
-            }
-            logits = s_.forward(std::span<const int32_t>(&prev, 1), 1);
-            cached_.push_back(prev);
-        }
-        row.assign(logits.end() - s_.model().hp.n_vocab, logits.end());
-        const int32_t id = sampler_.sample(row);
-        if (tok_.is_eog(id)) break;
-        sampler_.accept(id);
-        const std::string piece = stream.feed(id);
-        std::cout << piece << std::flush;
-        text += piece;
-        prev = id;
-    }
-    const std::string rest = stream.flush();
-    std::cout << rest << "\n" << std::flush;
-    return {text + rest, n};
+    return std::span<const int32_t>(ids).subspan(reused);
 }
 
 void Chat::turn(const std::string& user) {
@@ -128,16 +96,21 @@ void Chat::turn(const std::string& user) {
                      ids.size(), static_cast<long long>(s_.n_ctx()));
         return;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    std::span<const float> logits;
-    const size_t reused = prefill(ids, logits);
-    const auto t1 = std::chrono::steady_clock::now();
-    const auto [text, n] = decode(logits);
-    const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    messages_.push_back(chat_message("assistant", text));
-    std::fprintf(stderr, "[prompt %zu tokens (%zu reused), %.2f s | answer %lld tokens, %.1f tok/s]\n",
-                 ids.size(), reused, std::chrono::duration<double>(t1 - t0).count(),
-                 static_cast<long long>(n), double(n) / std::max(decode_s, 1e-9));
+    const std::span<const int32_t> suffix = new_tokens(ids);
+    const size_t reused = ids.size() - suffix.size();
+    const GenerateResult r = generate(s_, tok_, suffix, gen_, sampler_,
+                                      [](std::string_view piece) { std::cout << piece << std::flush; });
+    std::cout << "\n" << std::flush;
+    if (r.hit_context_limit)
+        std::fprintf(stderr, "stopped: the context is full (use /reset, or -c to raise it)\n");
+    // The cache now holds the new prompt tokens and every generated token but a last one never fed back.
+    cached_.insert(cached_.end(), suffix.begin(), suffix.end());
+    cached_.insert(cached_.end(), r.ids.begin(), r.ids.end());
+    cached_.resize(size_t(s_.n_past()));
+    messages_.push_back(chat_message("assistant", r.text));
+    std::fprintf(stderr, "[prompt %zu tokens (%zu reused), %.2f s | answer %zu tokens, %.1f tok/s]\n",
+                 ids.size(), reused, r.prefill_s, r.ids.size(),
+                 double(r.ids.size()) / std::max(r.decode_s, 1e-9));
 }
 
 void chat(const ChatOptions& o) {

@@ -24,12 +24,18 @@ size_t find_stop(const std::string& text, const std::vector<std::string>& stops)
 
 GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& gp, const std::function<void(std::string_view)>& on_text) {
+    Sampler sampler(gp.sampling);
+    return generate(s, tok, prompt, gp, sampler, on_text);
+}
+
+GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateParams& gp, Sampler& sampler,
+                        const std::function<void(std::string_view)>& on_text) {
     if (prompt.empty()) throw Error("the prompt is empty");
     if (s.n_past() + int64_t(prompt.size()) > s.n_ctx())
         throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
                     std::to_string(s.n_ctx()) + " (use -c to raise it)");
     GenerateResult r;
-    Sampler sampler(gp.sampling);
     for (int32_t id : prompt) sampler.accept(id);
     StreamDecoder stream(tok);
     size_t emitted = 0;  // bytes of r.text already passed to on_text
@@ -39,7 +45,7 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
     r.prefill_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     std::vector<float> row;
-    while (int64_t(r.ids.size()) < gp.n_predict) {
+    while (int64_t(r.ids.size()) < gp.n_predict && !(gp.should_stop && gp.should_stop())) {
         row.assign(logits.end() - s.model().hp.n_vocab, logits.end());
         const int32_t id = sampler.sample(row);
         if (tok.is_eog(id) && !gp.ignore_eos) break;

@@ -18,7 +18,8 @@ struct GenerateParams {
     int64_t n_predict = 128;
     bool ignore_eos = false;  // end of generation does not stop (it is not banned either)
     SamplerParams sampling;
-    std::vector<std::string> stop;  // stop strings: generation ends when the text contains one
+    std::vector<std::string> stop;      // stop strings: generation ends when the text contains one
+    std::function<bool()> should_stop;  // polled before each token (e.g. Ctrl-C); empty: never
 };
 
 struct GenerateResult {
@@ -28,6 +29,12 @@ struct GenerateResult {
     bool hit_context_limit = false;
 };
 
+// `prompt` is forwarded from the session's current n_past, so a caller holding a conversation in the KV
+// cache passes only the new tokens. `sampler` sees the prompt and the generated tokens (its penalty
+// window and random state carry over between calls); the overload without it uses a fresh one.
+GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateParams& gp, Sampler& sampler,
+                        const std::function<void(std::string_view)>& on_text = {});
 GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& gp, const std::function<void(std::string_view)>& on_text = {});
 
