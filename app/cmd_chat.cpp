@@ -149,13 +149,7 @@ void add_chat_command(CLI::App& app) {
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
-    c->add_option("--temp", o->sampling.temp, "Temperature (0: greedy)");
-    c->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
-    c->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
-    c->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
-    c->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
-        ->check(CLI::Range(0.0, 100.0));
-    c->add_option("--seed", o->sampling.seed, "Sampling seed");
+    add_sampling_options(*c, o->sampling);
     c->callback([o] { chat(*o); });
 }
 

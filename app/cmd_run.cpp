@@ -95,15 +95,7 @@ void add_run_command(CLI::App& app) {
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
-    c->add_option("--temp", o->gen.sampling.temp, "Temperature (0: greedy)");
-    c->add_option("--top-k", o->gen.sampling.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
-    c->add_option("--top-p", o->gen.sampling.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
-    c->add_option("--min-p", o->gen.sampling.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
-    c->add_option("--repeat-penalty", o->gen.sampling.repeat_penalty, "Repetition penalty (1: off)")
-        ->check(CLI::Range(0.0, 100.0));
-    c->add_option("--presence-penalty", o->gen.sampling.presence_penalty, "Presence penalty");
-    c->add_option("--frequency-penalty", o->gen.sampling.frequency_penalty, "Frequency penalty");
-    c->add_option("--seed", o->gen.sampling.seed, "Sampling seed");
+    add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");
     c->add_flag("--json", o->json, "Print one JSON object {prompt_ids, ids, text}");

@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "graph/dump.h"
 #include "models/model.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -60,6 +61,18 @@ void draw_progress(size_t done, size_t total, void*) {
 }
 
 }  // namespace
+
+void add_sampling_options(CLI::App& c, SamplerParams& p) {
+    c.add_option("--temp", p.temp, "Temperature (0: greedy)");
+    c.add_option("--top-k", p.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
+    c.add_option("--top-p", p.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+    c.add_option("--min-p", p.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+    c.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)")
+        ->check(CLI::Range(0.0, 100.0));
+    c.add_option("--presence-penalty", p.presence_penalty, "Presence penalty");
+    c.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty");
+    c.add_option("--seed", p.seed, "Sampling seed");
+}
 
 std::unique_ptr<Model> load_model(const std::string& path) {
     auto model = Model::load(path.empty() ? default_model_path() : path);

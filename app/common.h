@@ -14,6 +14,7 @@ namespace minfer {
 
 class Session;
 struct Model;
+struct SamplerParams;
 struct GraphParams;
 
 // "1,2,3" -> {1, 2, 3}; throws Error on anything else.
@@ -35,6 +36,9 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
 
 // CLI11 validator for an integer flag in [lo, hi], with a short message naming the bound.
 CLI::Validator int_in(int64_t lo, int64_t hi);
+
+// --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --seed
+void add_sampling_options(CLI::App& app, SamplerParams& p);
 
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
