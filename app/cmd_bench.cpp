@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common.h"
+#include "graph/graph.h"
 #include "models/model.h"
 #include "runtime/session.h"
 #include "util/error.h"
@@ -25,6 +26,7 @@ struct BenchOptions {
     std::string model;
     int64_t n_prompt = 512, n_gen = 128;
     int threads = 0, reps = 5;
+    BackendKind device = BackendKind::Cpu;
     bool json = false;
 };
 
@@ -78,7 +80,7 @@ void bench(const BenchOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path);
     const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    Session session(*model, {o.n_prompt + o.n_gen, threads});
+    Session session(*model, {o.n_prompt + o.n_gen, threads, o.device});
     std::mt19937 rng(1234);
     std::vector<Stat> stats;
     if (o.n_prompt > 0)
@@ -88,7 +90,7 @@ void bench(const BenchOptions& o) {
         stats.push_back(run_test(session, "tg" + std::to_string(o.n_gen),
                                  random_ids(o.n_gen, model->hp.n_vocab, rng), false, o.reps));
     if (!o.json) return print_table(path, threads, stats);
-    nlohmann::json j{{"model", path}, {"threads", threads}};
+    nlohmann::json j{{"model", path}, {"threads", threads}, {"device", backend_name(o.device)}};
     for (const Stat& st : stats) j[st.test] = {{"mean", st.mean}, {"sd", st.sd}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -104,6 +106,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("-n,--n-gen", o->n_gen, "Tokens to generate one at a time (0: skip)")
         ->check(int_in(0, 1 << 20));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
+    add_device_option(*c, o->device);
     c->add_option("-r,--repetitions", o->reps, "Timed repetitions per test")->check(int_in(1, 1 << 20));
     c->add_flag("--json", o->json,
                 "Print one JSON object {model, threads, ppP: {mean, sd}, tgN: {mean, sd}}");

@@ -15,6 +15,7 @@
 
 #include "chat_prompt.h"
 #include "common.h"
+#include "graph/graph.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +35,7 @@ struct ChatOptions {
     std::optional<std::string> system;
     int64_t n_ctx = 0, n_predict = 512;
     int threads = 0;
+    BackendKind device = BackendKind::Cpu;
     SamplerParams sampling;
 };
 
@@ -117,7 +119,7 @@ void chat(const ChatOptions& o) {
     const auto model = load_model(o.model);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const ChatPrompt prompt(*model->file, *tok);
-    Session session(*model, {o.n_ctx, o.threads});
+    Session session(*model, {o.n_ctx, o.threads, o.device});
     Chat c(o, session, *tok, prompt);
 
     // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
@@ -149,6 +151,7 @@ void add_chat_command(CLI::App& app) {
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
+    add_device_option(*c, o->device);
     add_sampling_options(*c, o->sampling);
     c->callback([o] { chat(*o); });
 }

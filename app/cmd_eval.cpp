@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "common.h"
+#include "graph/graph.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -21,6 +22,7 @@ struct EvalOptions {
     int top_k = 10;
     int64_t n_ctx = 0;
     int threads = 0;
+    BackendKind device = BackendKind::Cpu;
     bool json = false;
     GraphDumpOptions dump;
 };
@@ -39,7 +41,7 @@ nlohmann::json top_k_of(const float* row, int64_t n_vocab, int k) {
 void eval(const EvalOptions& o) {
     const auto model = load_model(o.model);
     const std::vector<int32_t> ids = parse_ids(o.prompt_ids, "--prompt-ids");
-    Session session(*model, {o.n_ctx, o.threads});
+    Session session(*model, {o.n_ctx, o.threads, o.device});
     const auto nt = int64_t(ids.size());
     if (o.dump.requested()) return dump_graph(session, session.params_for(nt, nt), o.dump);
     std::ofstream f;
@@ -71,6 +73,7 @@ void add_eval_command(CLI::App& app) {
     c->add_option("--all-logits", o->all_logits, "Write all logits as float32 [position][vocab] to FILE");
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size")->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads")->check(int_in(0, 1024));
+    add_device_option(*c, o->device);
     c->add_flag("--json", o->json, "Compact JSON");
     o->dump.add_to(*c);
     c->callback([o] { eval(*o); });

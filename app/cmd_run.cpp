@@ -10,6 +10,7 @@
 #include "chat_prompt.h"
 #include "common.h"
 #include "gguf/gguf.h"
+#include "graph/graph.h"
 #include "runtime/generate.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -22,6 +23,7 @@ struct RunOptions {
     std::string model, prompt, prompt_ids;
     int64_t n_ctx = 0;
     int threads = 0;
+    BackendKind device = BackendKind::Cpu;
     std::optional<std::string> system;
     bool json = false, chat = false;
     GenerateParams gen;
@@ -51,7 +53,7 @@ void run(const RunOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads});
+    Session session(*model, {o.n_ctx, o.threads, o.device});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())
@@ -95,6 +97,7 @@ void add_run_command(CLI::App& app) {
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
+    add_device_option(*c, o->device);
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "graph/dump.h"
+#include "graph/graph.h"
 #include "models/model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -104,6 +106,13 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o) {
     write(o.dot_path, [&](std::ostream& f) { write_dot(f, g); });
     write(o.json_path, [&](std::ostream& f) { write_json(f, g, p); });
     std::cout << "graph: " << g.nodes.size() << " nodes\n";
+}
+
+void add_device_option(CLI::App& app, BackendKind& device) {
+    static const std::map<std::string, BackendKind> kinds{{"cpu", BackendKind::Cpu},
+                                                          {"cuda", BackendKind::Cuda}};
+    app.add_option("--device", device, "Where to run: cpu or cuda (default: cpu)")
+        ->transform(CLI::CheckedTransformer(kinds, CLI::ignore_case));
 }
 
 }  // namespace minfer

@@ -16,6 +16,7 @@ class Session;
 struct Model;
 struct SamplerParams;
 struct GraphParams;
+enum class BackendKind : uint8_t;
 
 // "1,2,3" -> {1, 2, 3}; throws Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
@@ -39,6 +40,9 @@ CLI::Validator int_in(int64_t lo, int64_t hi);
 
 // --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --seed
 void add_sampling_options(CLI::App& app, SamplerParams& p);
+
+// --device cpu|cuda
+void add_device_option(CLI::App& app, BackendKind& device);
 
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);

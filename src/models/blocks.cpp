@@ -61,7 +61,7 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     NodeId q;
     if (decode_fusion(p, p.cparams.fuse_qkv) && same_types && qk_norm == QkNormKind::PerHead) {
         q = b.fused_qkv_norm(il, x, in.positions, fused_qkv_meta(m, l, p));
-    } else if (decode_fusion(p, p.cparams.fuse_qkv) && same_types && l.bq.present()) {
+    } else if (decode_fusion(p, p.cparams.fuse_qkv) && same_types) {
         q = b.fused_qkv(il, x, in.positions, fused_qkv_meta(m, l, p));
     } else if (decode_fusion(p, p.cparams.fuse_qkv) && !same_types && qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue

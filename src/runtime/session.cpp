@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#ifdef MINFER_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#endif
 #include "runtime/observe.h"
 #include "sched/passes.h"
 #include "util/error.h"
@@ -22,22 +25,40 @@ int64_t default_ctx(const Model& m, int64_t n) {
 }
 
 // Refuses a context whose KV cache cannot fit in this machine's memory before anything is allocated.
-CParams checked_cparams(const Model& m, int64_t n_ctx) {
+CParams checked_cparams(const Model& m, int64_t n_ctx, BackendKind device) {
     const double kv_bytes = 2.0 * m.hp.n_layer * double(m.hp.n_kv_embd()) * double(n_ctx) * sizeof(float);
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (ram > 0 && kv_bytes > ram)
         throw Error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
                     std::to_string(kv_bytes / double(1 << 30)) + " GiB, more than this machine's memory");
-    return CParams::from_env(n_ctx, false);
+    return CParams::from_env(n_ctx, device != BackendKind::Cpu);
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const Model& m, BackendKind device) {
+    if (device == BackendKind::Cpu) return nullptr;
+#ifdef MINFER_HAVE_CUDA
+    return std::make_unique<CudaBackend>(m);
+#else
+    throw Error("--device cuda: this minfer was built without CUDA (no nvcc was found at build time)");
+#endif
+}
+
+void check_token_ids(std::span<const int32_t> tokens, int64_t n_vocab) {
+    for (const int32_t id : tokens)
+        if (id < 0 || id >= n_vocab)
+            throw Error("token id " + std::to_string(id) + " is out of range [0, " + std::to_string(n_vocab) +
+                        ")");
 }
 }  // namespace
 
 Session::Session(const Model& m, const SessionParams& p)
     : model_(m),
-      cparams_(checked_cparams(m, default_ctx(m, p.n_ctx))),
+      cparams_(checked_cparams(m, default_ctx(m, p.n_ctx), p.device)),
       cpu_(*m.file, default_threads(p.n_threads)),
-      backends_{&cpu_},
+      gpu_(make_gpu_backend(m, p.device)),
       observer_(observers_from_env()) {
+    if (gpu_) backends_.push_back(gpu_.get());
+    backends_.push_back(&cpu_);
     exec_.set_observer(observer_.get());
 }
 
@@ -63,7 +84,7 @@ ComputeGraph& Session::forward_cached(const GraphParams& p) {
     ComputeGraph& g = cache_.replace(planned_graph(p), p);
     for (Backend* b : backends_) b->prepare(g);
     kv_.reserve(g);
-    exec_.bind(plan_buffers(g));
+    exec_.bind(g, plan_buffers(g), backends_);
     return g;
 }
 
@@ -74,6 +95,7 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
         throw Error("context size exceeded: " + std::to_string(n_past_ + nt) +
                     " tokens do not fit in a context of " + std::to_string(cparams_.n_ctx) +
                     " (use -c to raise it)");
+    check_token_ids(tokens, model_.hp.n_vocab);
     n_out = std::clamp<int64_t>(n_out, 1, nt);
     ComputeGraph& g = forward_cached(params_for(nt, n_out));
 
@@ -87,7 +109,7 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
         exec_.fill_input(tail, tail_);
     }
     if (observer_) observer_->begin_step(step_);
-    exec_.run(g, backends_);
+    exec_.run(g);
     if (observer_) observer_->end_step();
     ++step_;
     n_past_ += nt;

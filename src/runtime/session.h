@@ -18,8 +18,9 @@ namespace minfer {
 class StepObserver;  // runtime/observe.h
 
 struct SessionParams {
-    int64_t n_ctx = 0;  // 0: the model's training context, at most 4096
-    int n_threads = 0;  // 0: all hardware threads
+    int64_t n_ctx = 0;                      // 0: the model's training context, at most 4096
+    int n_threads = 0;                      // 0: all hardware threads
+    BackendKind device = BackendKind::Cpu;  // Cuda: every node the GPU supports runs there
 };
 
 class Session {
@@ -40,6 +41,7 @@ class Session {
     uint64_t graph_builds() const { return cache_.builds(); }
     const ComputeGraph& graph() { return cache_.graph(); }
     const KvCache& kv() const { return kv_; }
+    const Backend* gpu() const { return gpu_.get(); }
     // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
     ComputeGraph planned_graph(const GraphParams& p);
 
@@ -49,7 +51,8 @@ class Session {
     const Model& model_;
     CParams cparams_;
     CpuBackend cpu_;
-    std::vector<Backend*> backends_;
+    std::unique_ptr<Backend> gpu_;    // null on the CPU device
+    std::vector<Backend*> backends_;  // priority order
     GraphCache cache_;
     KvCache kv_;
     Executor exec_{kv_};

@@ -90,29 +90,37 @@ BufferPlan plan_buffers(const ComputeGraph& g) {
     return plan;
 }
 
-void KvCache::reserve(const ComputeGraph& g) {
+std::vector<KvShape> kv_shapes(const ComputeGraph& g) {
+    std::vector<KvShape> out;
     for (const CNode& n : g.nodes) {
         // Loads too: a fused decode graph stores K/V inside FusedQKV and has only the load views.
         const auto* st = std::get_if<op::KvcacheStore>(&n.op);
         const auto* ld = std::get_if<op::KvcacheLoad>(&n.op);
-        if (!st && !ld) continue;
-        const int layer = st ? st->layer : ld->layer;
-        const int64_t n_embd = n.shape[0], n_ctx = n.shape[1];
-        if (size_t(layer) >= regions_.size()) regions_.resize(size_t(layer) + 1);
-        Region& r = regions_[size_t(layer)];
-        if (r.n_embd == n_embd && r.n_ctx == n_ctx) continue;  // survives the rebuild untouched
+        if (st || ld) out.push_back({st ? st->layer : ld->layer, n.shape[0], n.shape[1]});
+    }
+    return out;
+}
+
+void KvCache::reserve(const ComputeGraph& g) {
+    for (const KvShape& s : kv_shapes(g)) {
+        if (size_t(s.layer) >= regions_.size()) regions_.resize(size_t(s.layer) + 1);
+        Region& r = regions_[size_t(s.layer)];
+        if (r.n_embd == s.n_embd && r.n_ctx == s.n_ctx) continue;  // survives the rebuild untouched
         if (r.n_embd != 0)
-            throw Error("KV region of layer " + std::to_string(layer) +
+            throw Error("KV region of layer " + std::to_string(s.layer) +
                         " was declared with a different shape");
-        r.n_embd = n_embd;
-        r.n_ctx = n_ctx;
-        r.k.assign(size_t(n_embd * n_ctx), 0.0f);
-        r.v.assign(size_t(n_embd * n_ctx), 0.0f);
+        r.n_embd = s.n_embd;
+        r.n_ctx = s.n_ctx;
     }
 }
 
 KvCache::Region& KvCache::layer(int il) {
-    return const_cast<Region&>(std::as_const(*this).layer(il));
+    Region& r = const_cast<Region&>(std::as_const(*this).layer(il));
+    if (r.k.empty()) {  // host memory only for layers a host backend touches
+        r.k.assign(size_t(r.n_embd * r.n_ctx), 0.0f);
+        r.v.assign(size_t(r.n_embd * r.n_ctx), 0.0f);
+    }
+    return r;
 }
 
 const KvCache::Region& KvCache::layer(int il) const {

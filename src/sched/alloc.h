@@ -22,20 +22,28 @@ struct BufferPlan {
 // released after its last reader runs and reused best-fit by later nodes.
 BufferPlan plan_buffers(const ComputeGraph& g);
 
-// One K and one V region per layer, each [n_ctx][n_embd] f32. Regions are created on first sight of
-// a layer's kv_store and kept across rebuilds; a rebuild declaring a different shape is an error.
+// The KV regions a graph declares (through its kv_store and kv_load nodes), one entry per such node.
+struct KvShape {
+    int layer;
+    int64_t n_embd, n_ctx;
+};
+std::vector<KvShape> kv_shapes(const ComputeGraph& g);
+
+// One K and one V region per layer in host memory, each [n_ctx][n_embd] f32. Regions are declared on
+// first sight of a layer's kv_store or kv_load and kept across rebuilds (a rebuild declaring a different
+// shape is an error); their memory is allocated when a host backend first touches the layer.
 class KvCache {
   public:
     struct Region {
         std::vector<float> k, v;  // [n_ctx][n_embd]
         int64_t n_embd = 0, n_ctx = 0;
     };
-    // Creates the regions declared by g's kv_store nodes that do not exist yet.
+    // Declares the regions of g's KV nodes that do not exist yet.
     void reserve(const ComputeGraph& g);
-    Region& layer(int il);
-    const Region& layer(int il) const;
+    Region& layer(int il);              // allocates the layer's memory on first use
+    const Region& layer(int il) const;  // shape, and memory if allocated
     size_t n_layers() const { return regions_.size(); }
-    size_t bytes() const;
+    size_t bytes() const;  // allocated host memory
 
   private:
     std::vector<Region> regions_;

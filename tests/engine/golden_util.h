@@ -1,5 +1,7 @@
 // Shared helpers for the golden tests: reference loading and the greedy / teacher-forced drivers.
 #pragma once
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -10,6 +12,13 @@
 #include "runtime/session.h"
 
 namespace minfer::test {
+
+// The device the golden tests run on: MINFER_TEST_DEVICE=cuda runs them on the GPU (default cpu).
+inline SessionParams golden_params(int64_t n_ctx) {
+    const char* d = std::getenv("MINFER_TEST_DEVICE");
+    const bool cuda = d && std::strcmp(d, "cuda") == 0;
+    return {n_ctx, 2, cuda ? BackendKind::Cuda : BackendKind::Cpu};
+}
 
 inline nlohmann::json load_json(const std::string& path) {
     std::ifstream f(path);

@@ -33,7 +33,7 @@ TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
     MINFER_REQUIRE_FILE(ref_file);
     const auto ref = load_json(ref_file);
     const auto model = Model::load(file);
-    Session s(*model, {512, 2});
+    Session s(*model, golden_params(512));
     const int64_t n_vocab = model->hp.n_vocab;
 
     std::vector<float> full;
@@ -96,7 +96,7 @@ TEST_P(QuantGolden, TopOneAgreementAtLeastLlamaCpp) {
     MINFER_REQUIRE_FILE(ref_path(base + ".ref.json"));
     const auto ref = load_json(ref_path(base + ".ref.json"));
     const auto model = Model::load(model_path(base + ".gguf"));
-    Session s(*model, {512, 2});
+    Session s(*model, golden_params(512));
     const auto n_vocab = size_t(model->hp.n_vocab);
     int agree = 0, total = 0;
     for (const auto& p : ref["prompts"]) {
@@ -135,7 +135,7 @@ TEST(Stories260K, GreedyMatchesLlamaCpp) {
     MINFER_REQUIRE_FILE(ref_path("stories260K.llamacpp.json"));
     const auto ref = load_json(ref_path("stories260K.llamacpp.json"));
     const auto model = Model::load(model_path("stories260K.gguf"));
-    Session s(*model, {256, 2});
+    Session s(*model, golden_params(256));
     for (const auto& p : ref["prompts"]) {
         const auto want = p["greedy_ids"].get<std::vector<int32_t>>();
         EXPECT_EQ(greedy(s, p["ids"].get<std::vector<int32_t>>(), int(want.size())), want) << p["text"];

@@ -400,9 +400,9 @@ TEST(Fused, decode_fusions_replace_their_chains) {
         int layer_nodes;           // unfused nodes per layer
     };
     // FusedQKV: 3 matmul + 2 rope + store -> 1; FusedQkvNorm also absorbs the 2 qk_norm;
-    // FusedFFN: gate + up + silu + mul -> 1. Llama has no QKV bias, so no QKV fusion.
+    // FusedFFN: gate + up + silu + mul -> 1. Llama's FusedQKV has no biases to add.
     for (const Case& c : {Case{"qwen2", "FusedQKV", 5, 3, 18}, Case{"qwen3", "FusedQkvNorm", 7, 3, 20},
-                          Case{"llama", "", 0, 3, 18}}) {
+                          Case{"llama", "FusedQKV", 5, 3, 18}}) {
         SCOPED_TRACE(c.arch);
         const auto m = synth(c.arch, L);
         const size_t frame = 2 + 1 + 2;  // inputs, embedding, final norm, lm_head

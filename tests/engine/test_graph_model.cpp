@@ -210,12 +210,12 @@ class Driver {
         fuse_swiglu(graph_, backends_);  // on the unfused graph too: the same SwiGLU kernel
         cpu_.prepare(graph_);
         kv_.reserve(graph_);
-        exec_.bind(plan_buffers(graph_));
+        exec_.bind(graph_, plan_buffers(graph_), backends_);
         std::vector<int32_t> pos(tokens.size());
         std::iota(pos.begin(), pos.end(), int32_t(n_past_));
         exec_.fill_input(graph_.find_input("token_ids"), tokens);
         exec_.fill_input(graph_.find_input("positions"), pos);
-        exec_.run(graph_, backends_);
+        exec_.run(graph_);
         n_past_ += nt;
         const float* out = exec_.data(graph_.outputs.front());
         return {out + (nt - 1) * m_.hp.n_vocab, out + nt * m_.hp.n_vocab};

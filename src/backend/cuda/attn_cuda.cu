@@ -1,0 +1,265 @@
+// Attention over the persistent KV region and the fused QKV epilogue. One thread block serves up to
+// kMaxGroup query heads that share a KV head (GQA), so each K/V row is read once for the whole group;
+// its warps walk disjoint keys with an online softmax and combine at the end. Decode splits the keys
+// over several blocks per head (split-K) and merges their partial softmaxes in a second kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/ops_cuda.h"
+#include "backend/cuda/reduce.cuh"
+#include "util/error.h"
+
+namespace minfer::cuda {
+
+namespace {
+
+constexpr int kWarp = kWarpSize;
+constexpr int kWarps = 4;     // warps per block
+constexpr int kMaxGroup = 8;  // query heads per block
+constexpr int kMaxSplits = 16;
+
+__device__ int64_t lmin(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+struct AttnArgs {
+    const float* q;
+    KvRegion r;
+    const int32_t* pos;
+    float* out;
+    float* partials;  // [nt][n_head][splits][head_dim + 2]: m, l, unnormalized acc
+    AttnShape a;
+    int groups_per_kv;  // blocks per KV head along x (ceil(group / kMaxGroup))
+    int splits;
+};
+
+// Online-softmax state of one warp for G heads; lane holds elements lane + 32 e of each head.
+template <int kE>
+struct WarpState {
+    float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kE];
+};
+
+template <int kE>
+__device__ void walk_keys(const AttnArgs& p, const float (&q)[kMaxGroup][kE], int G, int64_t kvh, int64_t j0,
+                          int64_t j1, WarpState<kE>& st) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t hd = p.a.head_dim;
+    for (int64_t j = j0 + warp; j < j1; j += kWarps) {
+        const float* kr = p.r.k + j * p.r.n_embd + kvh * hd;
+        const float* vr = p.r.v + j * p.r.n_embd + kvh * hd;
+        float kv[kE], vv[kE];
+#pragma unroll
+        for (int e = 0; e < kE; ++e) {
+            const int64_t d = lane + kWarp * e;
+            kv[e] = d < hd ? kr[d] : 0.0f;
+            vv[e] = d < hd ? vr[d] : 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+            if (g >= G) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kE; ++e) s += q[g][e] * kv[e];
+            s = warp_sum(s) * p.a.scale;
+            const float m_new = fmaxf(st.m[g], s), corr = expf(st.m[g] - m_new), pr = expf(s - m_new);
+            st.l[g] = st.l[g] * corr + pr;
+#pragma unroll
+            for (int e = 0; e < kE; ++e) st.acc[g][e] = st.acc[g][e] * corr + pr * vv[e];
+            st.m[g] = m_new;
+        }
+    }
+}
+
+// One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys.
+template <int kE>
+__global__ void attention_kernel(AttnArgs p) {
+    __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
+    extern __shared__ float sh_acc[];  // [kWarps][kMaxGroup][head_dim]
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t hd = p.a.head_dim, group = p.a.n_head / p.a.n_head_kv, t = blockIdx.y;
+    const int64_t kvh = blockIdx.x / p.groups_per_kv,
+                  h0 = kvh * group + (blockIdx.x % p.groups_per_kv) * kMaxGroup;
+    const int G = int(lmin(int64_t(kMaxGroup), kvh * group + group - h0));
+    const int64_t n_kv = lmin(int64_t(p.pos[t]) + 1, p.r.n_ctx);
+    const int64_t chunk = (n_kv + p.splits - 1) / p.splits, j0 = blockIdx.z * chunk;
+    const int64_t j1 = lmin(n_kv, j0 + chunk);
+
+    float q[kMaxGroup][kE];
+    WarpState<kE> st;
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kE; ++e) {
+            const int64_t d = lane + kWarp * e;
+            q[g][e] = g < G && d < hd ? p.q[t * p.a.q_stride + (h0 + g) * hd + d] : 0.0f;
+            st.acc[g][e] = 0.0f;
+        }
+    }
+    walk_keys<kE>(p, q, G, kvh, j0, j1, st);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        if (lane == 0) sh_m[warp][g] = st.m[g], sh_l[warp][g] = st.l[g];
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+            if (lane + kWarp * e < hd) sh_acc[(warp * kMaxGroup + g) * hd + lane + kWarp * e] = st.acc[g][e];
+    }
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) {
+        const int g = int(k / hd);
+        const int64_t d = k % hd;
+        float m = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[w][g]);
+        float l = 0.0f, acc = 0.0f;
+        for (int w = 0; w < kWarps; ++w) {
+            if (sh_l[w][g] == 0.0f) continue;
+            const float f = expf(sh_m[w][g] - m);
+            l += sh_l[w][g] * f;
+            acc += sh_acc[(w * kMaxGroup + g) * hd + d] * f;
+        }
+        const int64_t h = h0 + g;
+        if (p.splits == 1) {
+            p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
+            continue;
+        }
+        float* part = p.partials + ((t * p.a.n_head + h) * p.splits + blockIdx.z) * (hd + 2);
+        if (d == 0) part[0] = m, part[1] = l;
+        part[2 + d] = acc;
+    }
+}
+
+__global__ void combine_splits_kernel(AttnArgs p) {
+    const int64_t h = blockIdx.x, t = blockIdx.y, hd = p.a.head_dim;
+    const float* base = p.partials + (t * p.a.n_head + h) * p.splits * (hd + 2);
+    float m = -INFINITY;
+    for (int sp = 0; sp < p.splits; ++sp)
+        if (base[sp * (hd + 2) + 1] > 0.0f) m = fmaxf(m, base[sp * (hd + 2)]);
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float l = 0.0f, acc = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const float* part = base + sp * (hd + 2);
+            if (part[1] == 0.0f) continue;
+            const float f = expf(part[0] - m);
+            l += part[1] * f;
+            acc += part[2 + d] * f;
+        }
+        p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
+    }
+}
+
+struct EpilogueArgs {
+    const float *q, *k, *v;
+    const int32_t* pos;
+    QkvEpilogue e;
+    float* q_out;
+    KvRegion r;
+};
+
+// RoPE of element d of a head held in `sh` (all threads of the block call it; x is sh[d]).
+__device__ float rope_element(const float* sh, int64_t d, float x, int32_t p, const RopeShape& r) {
+    const int64_t half = r.n_rot / 2;
+    if (d >= r.n_rot) return x;
+    const int64_t i = r.neox ? d % half : d / 2;
+    const bool first = r.neox ? d < half : d % 2 == 0;
+    const int64_t partner = r.neox ? (first ? d + half : d - half) : (first ? d + 1 : d - 1);
+    const double theta = double(p) * pow(double(r.freq_base), -2.0 * double(i) / double(r.n_rot));
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    const float c = float(cd), s = float(sd);
+    return first ? x * c - sh[partner] * s : sh[partner] * s + x * c;
+}
+
+// Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element.
+__global__ void qkv_epilogue_kernel(EpilogueArgs p) {
+    extern __shared__ float sh[];  // [head_dim]
+    const QkvEpilogue& e = p.e;
+    const int64_t hd = e.rope.head_dim, t = blockIdx.y, d = threadIdx.x, n_q = e.rope.n_head;
+    const int64_t b = blockIdx.x, pos = p.pos[t];
+    const int kind = b < n_q ? 0 : b < n_q + e.n_head_kv ? 1 : 2;  // Q, K, V
+    const int64_t h = kind == 0 ? b : kind == 1 ? b - n_q : b - n_q - e.n_head_kv;
+    const float* src = kind == 0   ? p.q + t * e.q_stride
+                       : kind == 1 ? p.k + t * e.k_stride
+                                   : p.v + t * e.v_stride;
+    const float* bias = kind == 0 ? e.bq : kind == 1 ? e.bk : e.bv;
+    const float* norm = kind == 0 ? e.q_norm : kind == 1 ? e.k_norm : nullptr;
+    float x = d < hd ? src[h * hd + d] + (bias ? bias[h * hd + d] : 0.0f) : 0.0f;
+    if (norm) {
+        const float ss = block_sum(x * x);
+        x = d < hd ? x * rsqrtf(ss / float(hd) + e.eps) * norm[d] : 0.0f;
+    }
+    if (kind != 2) {
+        if (d < hd) sh[d] = x;
+        __syncthreads();
+        if (d < hd) x = rope_element(sh, d, x, int32_t(pos), e.rope);
+    }
+    if (d >= hd) return;
+    if (kind == 0) {
+        p.q_out[t * n_q * hd + h * hd + d] = x;
+    } else if (pos >= 0 && pos < p.r.n_ctx) {
+        (kind == 1 ? p.r.k : p.r.v)[pos * p.r.n_embd + h * hd + d] = x;
+    }
+}
+
+}  // namespace
+
+int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
+    if (nt > 1) return 1;  // prefill has nt * n_head blocks already
+    const int64_t blocks = a.n_head_kv * ((a.n_head / a.n_head_kv + kMaxGroup - 1) / kMaxGroup);
+    return int(
+        std::clamp<int64_t>(264 / std::max<int64_t>(blocks, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
+}
+
+int64_t attention_partials_floats(const AttnShape& a, int64_t nt, int64_t n_ctx) {
+    const int splits = attention_splits(a, nt, n_ctx);
+    return splits == 1 ? 0 : nt * a.n_head * splits * (a.head_dim + 2);
+}
+
+void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
+               float* out, float* partials, Stream s) {
+    if (nt <= 0) return;
+    if (a.head_dim > 256 || a.n_head % a.n_head_kv != 0)
+        throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
+    const int64_t group = a.n_head / a.n_head_kv;
+    AttnArgs p{q,
+               r,
+               pos,
+               out,
+               partials,
+               a,
+               int((group + kMaxGroup - 1) / kMaxGroup),
+               attention_splits(a, nt, r.n_ctx)};
+    const dim3 grid(unsigned(a.n_head_kv * p.groups_per_kv), unsigned(nt), unsigned(p.splits));
+    const size_t shmem = size_t(kWarps * kMaxGroup * a.head_dim) * sizeof(float);
+    const int e = int((a.head_dim + kWarp - 1) / kWarp);
+    if (e == 1)
+        attention_kernel<1><<<grid, kWarps * kWarp, shmem, s>>>(p);
+    else if (e == 2)
+        attention_kernel<2><<<grid, kWarps * kWarp, shmem, s>>>(p);
+    else if (e <= 4)
+        attention_kernel<4><<<grid, kWarps * kWarp, shmem, s>>>(p);
+    else
+        attention_kernel<8><<<grid, kWarps * kWarp, shmem, s>>>(p);
+    check(int(cudaGetLastError()), "attention kernel");
+    if (p.splits == 1) return;
+    combine_splits_kernel<<<dim3(unsigned(a.n_head), unsigned(nt)), 128, 0, s>>>(p);
+    check(int(cudaGetLastError()), "attention combine kernel");
+}
+
+void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
+                  const QkvEpilogue& e, float* q_out, const KvRegion& r, Stream s) {
+    if (nt <= 0) return;
+    const int64_t hd = e.rope.head_dim;
+    if (hd > 1024) throw Error("CUDA QKV epilogue: head_dim " + std::to_string(hd) + " is over 1024");
+    const dim3 grid(unsigned(e.rope.n_head + 2 * e.n_head_kv), unsigned(nt));
+    const unsigned threads = unsigned((hd + kWarp - 1) / kWarp * kWarp);
+    qkv_epilogue_kernel<<<grid, threads, size_t(hd) * sizeof(float), s>>>(
+        EpilogueArgs{q, k, v, pos, e, q_out, r});
+    check(int(cudaGetLastError()), "qkv_epilogue kernel");
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,31 @@
+#include "backend/cuda/cuda_util.h"
+
+#include <cuda_runtime.h>
+
+#include "util/error.h"
+
+namespace minfer::cuda {
+
+void check(int status, const char* what) {
+    if (status == cudaSuccess) return;
+    throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(cudaError_t(status)));
+}
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no device" status
+        return 0;
+    }
+    return n;
+}
+
+std::string device_description() {
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    return std::string(p.name) + " (sm_" + std::to_string(p.major * 10 + p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " SMs, " + std::to_string(p.totalGlobalMem >> 30) +
+           " GiB)";
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,18 @@
+// Error checking and device queries shared by the CUDA kernels, the backend and the tests.
+#pragma once
+#include <string>
+
+namespace minfer::cuda {
+
+// Throws minfer::Error "CUDA error in <what>: <message>" when `status` (a cudaError_t) is not success.
+void check(int status, const char* what);
+
+// Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
+int device_count();
+
+// "NVIDIA H200 (sm_90, 132 SMs, 140 GiB)" for device 0.
+std::string device_description();
+
+}  // namespace minfer::cuda
+
+#define MINFER_CUDA_CHECK(call) ::minfer::cuda::check(static_cast<int>(call), #call)

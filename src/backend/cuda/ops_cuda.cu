@@ -1,0 +1,170 @@
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/ops_cuda.h"
+#include "backend/cuda/reduce.cuh"
+
+namespace minfer::cuda {
+
+namespace {
+
+constexpr int kElemThreads = 256;
+
+void launched(const char* what) {
+    check(int(cudaGetLastError()), what);
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+    return unsigned(std::min<int64_t>((n + threads - 1) / threads, 65535LL * 8));
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t d, float eps) {
+    const float* xr = x + blockIdx.x * d;
+    float* yr = y + blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    const float scale = rsqrtf(block_sum(ss) / float(d) + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+// The angle of pair i at position p, in double as the CPU reference computes it.
+__device__ void rope_cos_sin(int32_t p, int64_t i, int64_t n_rot, float base, float& c, float& s) {
+    const double theta = double(p) * pow(double(base), -2.0 * double(i) / double(n_rot));
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    c = float(cd);
+    s = float(sd);
+}
+
+__global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeShape r) {
+    const int64_t t = blockIdx.x, half = r.n_rot / 2, row = r.n_head * r.head_dim;
+    const float* xr = x + t * row;
+    float* yr = y + t * row;
+    for (int64_t k = threadIdx.x; k < r.n_head * half; k += blockDim.x) {
+        const int64_t h = k / half, i = k % half;
+        float c, s;
+        rope_cos_sin(pos[t], i, r.n_rot, r.freq_base, c, s);
+        const int64_t i0 = h * r.head_dim + (r.neox ? i : 2 * i), i1 = i0 + (r.neox ? half : 1);
+        const float a = xr[i0], b = xr[i1];
+        yr[i0] = a * c - b * s;
+        yr[i1] = a * s + b * c;
+    }
+    const int64_t pass = r.head_dim - r.n_rot;  // dimensions past n_rot are copied unchanged
+    if (x == y || pass == 0) return;
+    for (int64_t k = threadIdx.x; k < r.n_head * pass; k += blockDim.x) {
+        const int64_t j = (k / pass) * r.head_dim + r.n_rot + k % pass;
+        yr[j] = xr[j];
+    }
+}
+
+enum class Ew { Add, Mul, Silu, SwiGLU };
+
+__device__ float silu_f(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+template <Ew kOp>
+__global__ void elementwise_kernel(const float* a, const float* b, float* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        if constexpr (kOp == Ew::Add) y[i] = a[i] + b[i];
+        if constexpr (kOp == Ew::Mul) y[i] = a[i] * b[i];
+        if constexpr (kOp == Ew::Silu) y[i] = silu_f(a[i]);
+        if constexpr (kOp == Ew::SwiGLU) y[i] = silu_f(a[i]) * b[i];
+    }
+}
+
+template <Ew kOp>
+void elementwise(const float* a, const float* b, float* y, int64_t n, Stream s) {
+    if (n <= 0) return;
+    elementwise_kernel<kOp><<<blocks_for(n, kElemThreads), kElemThreads, 0, s>>>(a, b, y, n);
+    launched("elementwise kernel");
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int64_t d, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        y[i] += b[i % d];
+}
+
+__global__ void split_f16_kernel(const float* x, __half* hi, __half* lo, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const __half h = __float2half_rn(x[i]);
+        hi[i] = h;
+        if (lo) lo[i] = __float2half_rn(x[i] - __half2float(h));
+    }
+}
+
+__global__ void get_rows_f32_kernel(const float* src, int64_t d, const int32_t* ids, float* out) {
+    const float* row = src + int64_t(ids[blockIdx.x]) * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[blockIdx.x * d + i] = row[i];
+}
+
+__global__ void kv_store_kernel(const float* k, const float* v, const int32_t* pos, KvRegion r) {
+    const int64_t t = blockIdx.x, p = pos[t];
+    if (p < 0 || p >= r.n_ctx) return;
+    for (int64_t i = threadIdx.x; i < r.n_embd; i += blockDim.x) {
+        r.k[p * r.n_embd + i] = k[t * r.n_embd + i];
+        r.v[p * r.n_embd + i] = v[t * r.n_embd + i];
+    }
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s) {
+    if (rows <= 0) return;
+    const int threads = d >= 1024 ? 1024 : d >= 256 ? 256 : 128;
+    rms_norm_kernel<<<unsigned(rows), threads, 0, s>>>(x, w, y, d, eps);
+    launched("rms_norm kernel");
+}
+
+void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s) {
+    if (nt <= 0) return;
+    rope_kernel<<<unsigned(nt), 256, 0, s>>>(x, y, pos, r);
+    launched("rope kernel");
+}
+
+void add(const float* a, const float* b, float* y, int64_t n, Stream s) {
+    elementwise<Ew::Add>(a, b, y, n, s);
+}
+void mul(const float* a, const float* b, float* y, int64_t n, Stream s) {
+    elementwise<Ew::Mul>(a, b, y, n, s);
+}
+void silu(const float* x, float* y, int64_t n, Stream s) {
+    elementwise<Ew::Silu>(x, nullptr, y, n, s);
+}
+void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s) {
+    elementwise<Ew::SwiGLU>(g, u, y, n, s);
+}
+
+void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s) {
+    if (d * nt <= 0) return;
+    add_bias_kernel<<<blocks_for(d * nt, kElemThreads), kElemThreads, 0, s>>>(y, b, d, d * nt);
+    launched("add_bias kernel");
+}
+
+void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s) {
+    if (n <= 0) return;
+    split_f16_kernel<<<blocks_for(n, kElemThreads), kElemThreads, 0, s>>>(x, static_cast<__half*>(hi),
+                                                                          static_cast<__half*>(lo), n);
+    launched("split_f16 kernel");
+}
+
+void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s) {
+    if (nt <= 0) return;
+    get_rows_f32_kernel<<<unsigned(nt), 256, 0, s>>>(src, d, ids, out);
+    launched("get_rows_f32 kernel");
+}
+
+void kv_store(const float* k, const float* v, const int32_t* pos, int64_t nt, const KvRegion& r, Stream s) {
+    if (nt <= 0) return;
+    kv_store_kernel<<<unsigned(nt), 256, 0, s>>>(k, v, pos, r);
+    launched("kv_store kernel");
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,70 @@
+// The GPU's non-matmul ops: normalization, RoPE, element-wise ops, the KV store, attention over the
+// persistent KV region and the fused QKV epilogue. Rows are token-major ([nt][d]); positions and ids
+// are read on the device, so a captured CUDA graph replays for any position. All asynchronous on `s`.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/quant_cuda.h"
+
+namespace minfer::cuda {
+
+// y[r] = x[r] / rms(x[r]) * w for `rows` rows of d (QkNorm passes rows = nt * n_head, d = head_dim).
+void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s);
+
+struct RopeShape {
+    int64_t n_head, head_dim, n_rot;
+    float freq_base;
+    bool neox;  // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+};
+// y = RoPE(x) at positions pos[t] for nt rows of n_head * head_dim (y may alias x).
+void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s);
+
+void add(const float* a, const float* b, float* y, int64_t n, Stream s);
+void mul(const float* a, const float* b, float* y, int64_t n, Stream s);
+void silu(const float* x, float* y, int64_t n, Stream s);
+void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s);
+
+// y[t][i] += b[i] for nt rows of d (the bias of a GEMM).
+void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s);
+// hi = half(x); lo = half(x - hi) when lo is not null: x ~ hi + lo to about 22 bits (GEMM activations).
+void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s);
+
+// out[t] = src[ids[t]] for rows of d floats.
+void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s);
+
+// A layer's persistent K and V regions: [n_ctx][n_embd] f32 each.
+struct KvRegion {
+    float* k;
+    float* v;
+    int64_t n_embd, n_ctx;
+};
+// Rows t < nt of k and v ([nt][n_embd]) into the region at positions pos[t] (out-of-range skipped).
+void kv_store(const float* k, const float* v, const int32_t* pos, int64_t nt, const KvRegion& r, Stream s);
+
+struct AttnShape {
+    int64_t n_head, n_head_kv, head_dim;
+    int64_t q_stride;  // floats between token rows of q (q may sit in a wider buffer)
+    float scale;
+};
+// Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]].
+// out: [nt][n_head * head_dim]. Decode (nt == 1) splits the keys over attention_splits() blocks per
+// head and combines the partial softmaxes; `partials` holds attention_partials_floats() floats.
+int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
+int64_t attention_partials_floats(const AttnShape& a, int64_t nt, int64_t n_ctx);
+void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
+               float* out, float* partials, Stream s);
+
+// The QKV fusions' epilogue for nt rows: biases (nullable), optional per-head RMSNorm of Q and K
+// (Qwen3), RoPE on Q and K, Q to q_out ([nt][n_head * head_dim]), K and V into the region at pos[t].
+struct QkvEpilogue {
+    RopeShape rope;
+    int64_t n_head_kv;
+    const float *bq, *bk, *bv;     // [n_q], [n_kv], [n_kv] or null
+    const float *q_norm, *k_norm;  // [head_dim] or null
+    float eps;
+    int64_t q_stride, k_stride, v_stride;  // floats between token rows of the three inputs
+};
+void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
+                  const QkvEpilogue& e, float* q_out, const KvRegion& r, Stream s);
+
+}  // namespace minfer::cuda

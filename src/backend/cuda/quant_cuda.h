@@ -1,0 +1,44 @@
+// Quantized weights on the GPU, read in their GGUF block layout (no repacking): matrix-vector products
+// for decode, dequantization to half for the cuBLAS prefill GEMM, and embedding-row gathers. Activations
+// stay f32; weights are dequantized in registers. All calls are asynchronous on `s` and capturable into
+// a CUDA graph (no allocation, no synchronization).
+#pragma once
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+
+struct CUstream_st;
+
+namespace minfer::cuda {
+
+using Stream = CUstream_st*;
+
+// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+bool quant_supported(GgmlType t);
+
+// Rows are output features: w holds n_out rows of n_in elements, each row in its block layout.
+struct QMatrix {
+    GgmlType type;
+    const void* data;  // device
+    int64_t n_in, n_out;
+};
+
+// y[t][r] = sum_i w[r][i] * x[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
+// alias y) for t < nt, 1 <= nt <= kMaxMatvecTokens. x: [nt][n_in], y: [nt][n_out].
+constexpr int kMaxMatvecTokens = 8;
+void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
+            Stream s);
+
+// y[t][r] = silu(gate_r . x_t) * (up_r . x_t): the decode FFN's two projections and SwiGLU in one
+// kernel. gate and up have the same type and shape; 1 <= nt <= kMaxMatvecTokens.
+void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64_t nt, float* y, Stream s);
+
+// out[r][i] = w[r][i] as half (out is __half*), all n_out rows.
+void dequant_f16(const QMatrix& w, void* out, Stream s);
+// out[r][i] = w[r][i] as f32, all n_out rows.
+void dequant_f32(const QMatrix& w, float* out, Stream s);
+
+// out[t] = row ids[t] of w as f32, t < nt; ids are device int32 already checked to be in range.
+void get_rows(const QMatrix& w, const int32_t* ids, int64_t nt, float* out, Stream s);
+
+}  // namespace minfer::cuda

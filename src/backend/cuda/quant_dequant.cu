@@ -1,0 +1,127 @@
+// Dequantization of whole GGUF-layout matrices to f32 / half (for the cuBLAS prefill GEMM) and gathers of
+// dequantized rows (embedding lookups). Each warp decodes one warp step of one row (see quant_blocks.cuh):
+// fully parallel, every value bit-exact with the CPU reference to_float_ref (then rounded to nearest
+// even for half).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/quant_blocks.cuh"
+#include "backend/cuda/quant_cuda.h"
+
+namespace minfer::cuda {
+namespace qblocks {
+
+void check_layout(GgmlType t, int64_t n_in, const void* p, int align, const char* what) {
+    const GgmlTypeLayout l = ggml_type_layout(t);
+    if (l.block_size <= 0 || n_in % l.block_size != 0)
+        throw Error(std::string("CUDA ") + what + ": row length " + std::to_string(n_in) +
+                    " is not a whole number of " + ggml_type_name(t) + " blocks");
+    if (reinterpret_cast<uintptr_t>(p) % uintptr_t(align) != 0)
+        throw Error(std::string("CUDA ") + what + ": pointer not " + std::to_string(align) + "-byte aligned");
+}
+
+}  // namespace qblocks
+
+namespace {
+
+using namespace qblocks;
+
+constexpr int kWarps = 8;
+
+template <int W>
+__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
+    if constexpr (W == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        *p = v[0];
+    }
+}
+
+template <int W>
+__device__ __forceinline__ void store(__half* p, const float (&v)[W]) {
+    if constexpr (W == 4) {
+        const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+        *reinterpret_cast<uint2*>(p) =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {
+        *p = __float2half_rn(v[0]);
+    }
+}
+
+// out[t] = row (ids ? ids[t] : t) of w, for t < n_rows; one warp step per warp.
+template <class D, class Out>
+__global__ void __launch_bounds__(kWarps * 32)
+    dequant_kernel(const uint8_t* w, int64_t n_in, int64_t row_bytes, const int32_t* ids, int64_t n_rows,
+                   Out* out) {
+    constexpr int kBlocksPerWarp = 32 / D::kLanes;
+    const int64_t nb = n_in / D::kElems;
+    const int64_t steps = (nb + kBlocksPerWarp - 1) / kBlocksPerWarp;
+    const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32, sub = lane % D::kLanes;
+    const int64_t t = gw / steps, b = gw % steps * kBlocksPerWarp + lane / D::kLanes;
+    if (t >= n_rows || b >= nb) return;
+    const int64_t r = ids ? int64_t(ids[t]) : t;
+    const typename D::Raw raw = D::load(w + r * row_bytes + b * D::kBytes, sub);
+    const typename D::Scales sc = D::scales(raw, sub);
+#pragma unroll
+    for (int g = 0; g < D::kGroups; ++g) {
+        float v[D::kWidth];
+        D::group(raw, sc, sub, g, v);
+        store<D::kWidth>(out + t * n_in + b * D::kElems + D::offset(sub, g), v);
+    }
+}
+
+template <class Out>
+void run(const QMatrix& w, const int32_t* ids, int64_t n_rows, Out* out, Stream s, const char* what) {
+    with_decoder(w.type, w.n_in, [&](auto d) {
+        using D = decltype(d);
+        check_layout(w.type, w.n_in, w.data, 16, what);
+        if (D::kWidth == 4) check_layout(w.type, w.n_in, out, int(sizeof(Out)) * 4, what);
+        const int64_t nb = w.n_in / D::kElems;
+        const int64_t steps = (nb + 32 / D::kLanes - 1) / (32 / D::kLanes);
+        const int64_t blocks = (n_rows * steps + kWarps - 1) / kWarps;
+        if (blocks == 0) return;
+        dequant_kernel<D, Out><<<unsigned(blocks), kWarps * 32, 0, s>>>(
+            static_cast<const uint8_t*>(w.data), w.n_in, row_bytes<D>(w.n_in), ids, n_rows, out);
+        MINFER_CUDA_CHECK(cudaGetLastError());
+    });
+}
+
+}  // namespace
+
+bool quant_supported(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void dequant_f16(const QMatrix& w, void* out, Stream s) {
+    run(w, nullptr, w.n_out, static_cast<__half*>(out), s, "dequant_f16");
+}
+
+void dequant_f32(const QMatrix& w, float* out, Stream s) {
+    run(w, nullptr, w.n_out, out, s, "dequant_f32");
+}
+
+void get_rows(const QMatrix& w, const int32_t* ids, int64_t nt, float* out, Stream s) {
+    run(w, ids, nt, out, s, "get_rows");
+}
+
+}  // namespace minfer::cuda

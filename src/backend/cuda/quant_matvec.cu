@@ -1,0 +1,209 @@
+// Decode matrix-vector products straight from the GGUF block layouts: matvec (y = W x + bias + res) and
+// matvec_swiglu (silu(gate x) * (up x)) for up to kMaxMatvecTokens tokens at once.
+//
+// A group of `split` warps (1 to 8, chosen so that the GPU is filled) computes R weight rows: R = 4 for up
+// to 2 tokens, else 2; for swiglu, half gate rows and half the same rows of up. The warps split each row's
+// blocks between them and the lanes of a warp split each block (see quant_blocks.cuh), so consecutive
+// lanes read consecutive weight bytes. Every weight is read once and dequantized exactly in registers, and
+// each x load serves all R rows; per token, each lane accumulates in f32, then a warp shuffle and a
+// shared-memory sum over the group's warps finish the dot products.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/quant_blocks.cuh"
+#include "backend/cuda/quant_cuda.h"
+
+namespace minfer::cuda {
+namespace {
+
+using namespace qblocks;
+
+constexpr int kWarps = 8;
+constexpr int kMaxRows = 4;  // weight rows per thread block: 4 for up to 2 tokens, else 2
+
+struct MatvecArgs {
+    const uint8_t* w[2];  // W, or gate and up
+    int64_t n_in, n_out, row_bytes;
+    const float* x;
+    int nt;
+    int split;  // warps sharing each row group (1, 2, 4 or 8): they split its blocks
+    float* y;
+    const float* bias;
+    const float* res;
+};
+
+// x[0..W) of one token (16-byte aligned when W == 4).
+template <int W>
+__device__ __forceinline__ void load_x(const float* x, float (&v)[W]) {
+    if constexpr (W == 4) {
+        const float4 u = __ldg(reinterpret_cast<const float4*>(x));
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    } else {
+        v[0] = __ldg(x);
+    }
+}
+
+// acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows.
+template <class D, int NT, int R>
+__device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], float (&acc)[R][NT]) {
+    constexpr int kUnroll = R * sizeof(typename D::Raw) <= 64 ? 2 : 1;  // steps loaded ahead
+    const int sub = threadIdx.x % D::kLanes;
+    const int64_t nb = a.n_in / D::kElems, step = a.split * 32 / D::kLanes;  // blocks per step
+    const int first = (threadIdx.x % (a.split * 32)) / D::kLanes;
+    const float* xt[NT];  // token t's x; tokens past nt repeat the last one (computed, never written)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xt[t] = a.x + (t < a.nt ? t : a.nt - 1) * a.n_in;
+    for (int64_t b0 = first; b0 < nb; b0 += step * kUnroll) {
+        typename D::Raw raw[kUnroll][R];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+            for (int m = 0; m < R; ++m)
+                if (b0 + u * step < nb) raw[u][m] = D::load(rows[m] + (b0 + u * step) * D::kBytes, sub);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int64_t b = b0 + u * step;
+            if (b >= nb) break;
+            typename D::Scales sc[R];
+#pragma unroll
+            for (int m = 0; m < R; ++m) sc[m] = D::scales(raw[u][m], sub);
+#pragma unroll
+            for (int g = 0; g < D::kGroups; ++g) {
+                float w[R][D::kWidth];
+#pragma unroll
+                for (int m = 0; m < R; ++m) D::group(raw[u][m], sc[m], sub, g, w[m]);
+                const int64_t off = b * D::kElems + D::offset(sub, g);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    float xv[D::kWidth];
+                    load_x<D::kWidth>(xt[t] + off, xv);
+#pragma unroll
+                    for (int m = 0; m < R; ++m)
+#pragma unroll
+                        for (int i = 0; i < D::kWidth; ++i) acc[m][t] = fmaf(w[m][i], xv[i], acc[m][t]);
+                }
+            }
+        }
+    }
+}
+
+// Sums acc over each group of `split` warps; afterwards red[w][m][t] holds the sums of the group whose
+// first warp is w.
+template <int NT, int R>
+__device__ void reduce(float (&acc)[R][NT], float (&red)[kWarps][R][NT], int split) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            float v = acc[m][t];
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][m][t] = v;
+        }
+    if (split == 1) return __syncwarp();  // each warp reads back only what its own lane 0 wrote
+    __syncthreads();
+    if (lane < R * NT && warp % split == 0) {
+        const int m = lane / NT, t = lane % NT;
+        float v = red[warp][m][t];
+        for (int k = 1; k < split; ++k) v += red[warp + k][m][t];
+        red[warp][m][t] = v;
+    }
+    __syncthreads();
+}
+
+// Rows of one group of `split` warps: matvec takes R consecutive rows of W; swiglu R / 2 rows of gate
+// and the same rows of up. Rows past n_out repeat the last row (computed, never written).
+template <class D, int NT, int R, bool kSwiglu>
+__global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
+    constexpr int kOut = kSwiglu ? R / 2 : R;  // output rows per warp group
+    __shared__ float red[kWarps][R][NT];
+    const int warp = threadIdx.x / 32, lead = warp - warp % a.split;
+    const int64_t r0 = (int64_t(blockIdx.x) * (kWarps / a.split) + warp / a.split) * kOut;
+    const uint8_t* rows[R];
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        const int64_t r = r0 + m % kOut;
+        rows[m] = a.w[m / kOut] + (r < a.n_out ? r : a.n_out - 1) * a.row_bytes;
+    }
+    float acc[R][NT] = {};
+    accumulate<D, NT, R>(a, rows, acc);
+    reduce<NT, R>(acc, red, a.split);
+    const int lane = threadIdx.x % 32, t = lane % NT, m = lane / NT;
+    const int64_t r = r0 + m;
+    if (warp != lead || lane >= kOut * NT || t >= a.nt || r >= a.n_out) return;
+    float v = red[warp][m][t];
+    if (kSwiglu) {
+        const float u = red[warp][kOut + m][t];
+        v = v / (1.0f + expf(-v)) * u;
+    } else {
+        if (a.bias) v += a.bias[r];
+        if (a.res) v += a.res[t * a.n_out + r];
+    }
+    a.y[t * a.n_out + r] = v;
+}
+
+// Warps per row group. One token: more while the GPU would hold too few warps (about 132 SMs x 32) and
+// each warp keeps at least two steps of work. More tokens: as many as have a step of work each, so that
+// the warps of a thread block walk through x together (x of 8 tokens outgrows the L1 cache).
+int choose_split(int64_t groups, int64_t steps_per_row, int nt) {
+    int split = 1;
+    if (nt > 2) {
+        while (split < kWarps && steps_per_row >= 2 * split) split *= 2;
+    } else {
+        while (split < kWarps && groups * split < 132 * 32 && steps_per_row >= 4 * split) split *= 2;
+    }
+    return split;
+}
+
+template <class D, int NT, bool kSwiglu>
+void launch_nt(MatvecArgs a, Stream s) {
+    constexpr int R = NT <= 2 ? kMaxRows : 2;
+    constexpr int kOut = kSwiglu ? R / 2 : R;
+    const int64_t groups = (a.n_out + kOut - 1) / kOut;
+    a.split = choose_split(groups, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT);
+    const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
+    matvec_kernel<D, NT, R, kSwiglu><<<unsigned(grid), kWarps * 32, 0, s>>>(a);
+    MINFER_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class D, bool kSwiglu>
+void launch(const MatvecArgs& a, Stream s) {
+    if (a.nt <= 1) return launch_nt<D, 1, kSwiglu>(a, s);
+    if (a.nt <= 2) return launch_nt<D, 2, kSwiglu>(a, s);
+    if (a.nt <= 4) return launch_nt<D, 4, kSwiglu>(a, s);
+    return launch_nt<D, 8, kSwiglu>(a, s);
+}
+
+template <bool kSwiglu>
+void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float* y, const float* bias,
+         const float* res, Stream s) {
+    if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec: token count out of range");
+    with_decoder(w.type, w.n_in, [&](auto d) {
+        using D = decltype(d);
+        check_layout(w.type, w.n_in, w.data, 16, "matvec weights");
+        if (kSwiglu) check_layout(w.type, w.n_in, w2, 16, "matvec weights");
+        if (D::kWidth == 4) check_layout(w.type, w.n_in, x, 16, "matvec input");
+        if (w.n_out == 0) return;
+        const auto* p = static_cast<const uint8_t*>(w.data);
+        MatvecArgs a{{p, w2}, w.n_in, w.n_out, row_bytes<D>(w.n_in), x, int(nt), 1, y, bias, res};
+        launch<D, kSwiglu>(a, s);
+    });
+}
+
+}  // namespace
+
+void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
+            Stream s) {
+    run<false>(w, static_cast<const uint8_t*>(w.data), x, nt, y, bias, res, s);
+}
+
+void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64_t nt, float* y, Stream s) {
+    if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out)
+        throw Error("CUDA matvec_swiglu: gate and up differ in type or shape");
+    run<true>(gate, static_cast<const uint8_t*>(up.data), x, nt, y, nullptr, nullptr, s);
+}
+
+}  // namespace minfer::cuda

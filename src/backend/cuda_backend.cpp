@@ -1,0 +1,511 @@
+#include "backend/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/quants.h"
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/ops_cuda.h"
+#include "backend/cuda/quant_cuda.h"
+#include "gguf/gguf.h"
+#include "models/model.h"
+#include "sched/alloc.h"
+#include "util/error.h"
+#include "util/overload.h"
+
+namespace minfer {
+
+using cuda::QMatrix;
+
+namespace {
+
+void blas_check(cublasStatus_t st, const char* what) {
+    if (st != CUBLAS_STATUS_SUCCESS)
+        throw Error(std::string("cuBLAS error in ") + what + ": " + cublasGetStatusString(st));
+}
+
+// One device allocation, freed with its owner.
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    DeviceBuffer() = default;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() { cudaFree(ptr); }
+    // Grows to at least `n` bytes (contents are not kept).
+    void reserve(size_t n) {
+        if (n <= bytes) return;
+        cudaFree(ptr);
+        ptr = nullptr;
+        MINFER_CUDA_CHECK(cudaMalloc(&ptr, n));
+        bytes = n;
+    }
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr);
+    }
+};
+
+bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
+int layer_of(const Op& op) {
+    return std::visit(
+        Overload{[](const op::FusedQKV& o) { return o.layer; },
+                 [](const op::FusedQkvNorm& o) { return o.layer; },
+                 [](const op::QkvBiasRopeStore& o) { return o.layer; },
+                 [](const op::KvcacheStore& o) { return o.layer; }, [](const auto&) { return -1; }},
+        op);
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+    const GgufFile& file;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    std::vector<std::unique_ptr<DeviceBuffer>> owned;    // weight storage
+    std::unordered_map<std::string, QMatrix> mats;       // 2-D weights by name
+    std::unordered_map<std::string, const float*> vecs;  // 1-D weights as f32
+    std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
+    size_t weight_bytes = 0;
+
+    DeviceBuffer arena, partials, fused, gemm_w, gemm_x, blas_ws;
+    std::vector<int64_t> offset;
+    std::vector<cuda::KvRegion> kv;  // by layer; k == nullptr until declared
+    std::vector<std::unique_ptr<DeviceBuffer>> kv_mem;
+
+    struct Captured {
+        cudaGraphExec_t exec = nullptr;
+        int runs = 0;
+    };
+    std::map<std::pair<uint64_t, NodeId>, Captured> graphs;  // (graph uid, first node) of a segment
+    bool replay = !env_flag("MINFER_NO_CUDA_GRAPH");
+    bool decode_graph = false;
+    uint64_t launches = 0;
+
+    // MINFER_CUDA_PROFILE=1: every node timed alone with CUDA events; a per-op table at exit.
+    struct OpTime {
+        double ms = 0, weight_bytes = 0;
+        int64_t calls = 0;
+    };
+    bool profile = env_flag("MINFER_CUDA_PROFILE");
+    std::map<std::string, OpTime> op_times;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+
+    explicit Impl(const GgufFile& f) : file(f) {}
+    ~Impl() {
+        if (profile) print_profile();
+        for (cudaEvent_t e : ev)
+            if (e) cudaEventDestroy(e);
+        drop_graphs();
+        if (blas) cublasDestroy(blas);
+        if (stream) cudaStreamDestroy(stream);
+    }
+    void drop_graphs() {
+        for (auto& [key, c] : graphs)
+            if (c.exec) cudaGraphExecDestroy(c.exec);
+        graphs.clear();
+    }
+
+    const GgufTensor& tensor(const WeightRef& w) const {
+        const GgufTensor* t = file.find_tensor(w.name);
+        if (!t) throw Error(file.path() + ": graph references tensor '" + w.name + "', which the file lacks");
+        if (!cuda::quant_supported(t->type))
+            throw Error(file.path() + ": tensor '" + w.name + "' has type " + ggml_type_name(t->type) +
+                        ", which the CUDA backend cannot read");
+        return *t;
+    }
+    static size_t bytes_of(const WeightRef& w) {
+        return quant_row_bytes(*quant_traits(w.type), w.n_in) * size_t(w.n_out);
+    }
+    uint8_t* allocate(size_t bytes) {
+        owned.push_back(std::make_unique<DeviceBuffer>());
+        owned.back()->reserve(bytes);
+        weight_bytes += bytes;
+        return owned.back()->as<uint8_t>();
+    }
+    void upload_matrices(std::initializer_list<const WeightRef*> ws);
+    void upload_vector(const WeightRef& w);
+    void upload_all(const Model& m);
+
+    float* dev(NodeId id) const {
+        const int64_t off = offset[size_t(id)];
+        return off < 0 ? nullptr : arena.as<float>() + off;
+    }
+    const int32_t* ids(NodeId id) const { return reinterpret_cast<const int32_t*>(dev(id)); }
+    const QMatrix& mat(const WeightRef& w) const {
+        const auto it = mats.find(w.name);
+        if (it == mats.end()) throw Error("CUDA backend: weight '" + w.name + "' was not uploaded");
+        return it->second;
+    }
+    const float* vec(const WeightRef& w) const {
+        if (!w.present()) return nullptr;
+        const auto it = vecs.find(w.name);
+        if (it == vecs.end()) throw Error("CUDA backend: weight '" + w.name + "' was not uploaded");
+        return it->second;
+    }
+    const cuda::KvRegion& region(int layer) const {
+        if (layer < 0 || size_t(layer) >= kv.size() || !kv[size_t(layer)].k)
+            throw Error("CUDA backend: no KV region for layer " + std::to_string(layer));
+        return kv[size_t(layer)];
+    }
+
+    void reserve_kv(const ComputeGraph& g);
+    void reserve_scratch(const ComputeGraph& g);
+    void matmul(const QMatrix& w, const float* bias, const float* x, int64_t nt, float* y,
+                bool exact_weights);
+    void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
+    void fused_qkv(const CNode& n);
+    void run(const ComputeGraph& g, const CNode& n);
+    void run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, Captured& c);
+    void run_profiled(const ComputeGraph& g, const CNode& n);
+    double node_weight_bytes(const CNode& n) const;
+    void print_profile() const;
+};
+
+// Uploads matrices of one type into one allocation, back to back, so that a product with all of them
+// is one product with the concatenation (their rows are output features).
+void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws) {
+    size_t total = 0;
+    for (const WeightRef* w : ws) total += bytes_of(*w);
+    uint8_t* base = allocate(total);
+    uint8_t* at = base;
+    int64_t rows = 0;
+    for (const WeightRef* w : ws) {
+        MINFER_CUDA_CHECK(cudaMemcpy(at, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice));
+        mats[w->name] = QMatrix{w->type, at, w->n_in, w->n_out};
+        at += bytes_of(*w);
+        rows += w->n_out;
+    }
+    if (ws.size() > 1)
+        qkv[(*ws.begin())->name] = QMatrix{(*ws.begin())->type, base, (*ws.begin())->n_in, rows};
+}
+
+void CudaBackend::Impl::upload_vector(const WeightRef& w) {
+    if (!w.present() || vecs.count(w.name)) return;
+    const GgufTensor& t = tensor(w);
+    std::vector<float> host(size_t(w.n_in));
+    quant_traits(t.type)->to_float(t.data, host.data(), w.n_in);
+    auto* d = reinterpret_cast<float*>(allocate(host.size() * sizeof(float)));
+    MINFER_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    vecs[w.name] = d;
+}
+
+void CudaBackend::Impl::upload_all(const Model& m) {
+    for (const LayerWeights& l : m.layers) {
+        if (l.wq.type == l.wk.type && l.wk.type == l.wv.type)
+            upload_matrices({&l.wq, &l.wk, &l.wv});
+        else
+            for (const WeightRef* w : {&l.wq, &l.wk, &l.wv}) upload_matrices({w});
+        for (const WeightRef* w : {&l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) upload_matrices({w});
+        for (const WeightRef* w : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.ffn_norm})
+            upload_vector(*w);
+    }
+    upload_matrices({&m.tok_embd});
+    if (!mats.count(m.output.name)) upload_matrices({&m.output});
+    upload_vector(m.output_norm);
+}
+
+CudaBackend::CudaBackend(const Model& m) : impl_(std::make_unique<Impl>(*m.file)) {
+    if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
+    MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+    blas_check(cublasCreate(&impl_->blas), "cublasCreate");
+    blas_check(cublasSetStream(impl_->blas, impl_->stream), "cublasSetStream");
+    impl_->blas_ws.reserve(size_t(32) << 20);  // a fixed workspace: no allocation inside captures
+    blas_check(cublasSetWorkspace(impl_->blas, impl_->blas_ws.ptr, impl_->blas_ws.bytes),
+               "cublasSetWorkspace");
+    impl_->upload_all(m);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+size_t CudaBackend::weight_bytes() const {
+    return impl_->weight_bytes;
+}
+
+uint64_t CudaBackend::graph_launches() const {
+    return impl_->launches;
+}
+
+bool CudaBackend::supports(const CNode& n) const {
+    const auto* mm = std::get_if<meta::MatMul>(&n.meta);
+    return !mm || cuda::quant_supported(mm->weight.type);
+}
+
+void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
+    for (const KvShape& s : kv_shapes(g)) {
+        if (size_t(s.layer) >= kv.size()) kv.resize(size_t(s.layer) + 1, cuda::KvRegion{});
+        cuda::KvRegion& r = kv[size_t(s.layer)];
+        if (r.k && r.n_embd == s.n_embd && r.n_ctx == s.n_ctx) continue;  // persists across rebuilds
+        if (r.k)
+            throw Error("KV region of layer " + std::to_string(s.layer) +
+                        " was declared with a different shape");
+        const size_t bytes = size_t(s.n_embd * s.n_ctx) * sizeof(float);
+        for (int i = 0; i < 2; ++i) {
+            kv_mem.push_back(std::make_unique<DeviceBuffer>());
+            kv_mem.back()->reserve(bytes);
+            MINFER_CUDA_CHECK(cudaMemset(kv_mem.back()->ptr, 0, bytes));
+        }
+        r = {kv_mem[kv_mem.size() - 2]->as<float>(), kv_mem.back()->as<float>(), s.n_embd, s.n_ctx};
+    }
+}
+
+// Scratch sized for the graph: attention partials, fused-QKV rows, and the GEMM's half-precision
+// weight and activation tiles.
+void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
+    size_t part = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    for (const CNode& n : g.nodes) {
+        const int64_t nt = n.shape[1];
+        if (const auto* a = std::get_if<meta::Attn>(&n.meta)) {
+            const cuda::AttnShape s{a->n_head, a->n_head_kv, a->hd, 0, a->scale};
+            part = std::max(part, size_t(cuda::attention_partials_floats(s, nt, region(a->layer).n_ctx)));
+        }
+        if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
+            fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
+        if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && nt > cuda::kMaxMatvecTokens) {
+            w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
+            x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
+        }
+    }
+    partials.reserve(part * sizeof(float));
+    fused.reserve(fused_floats * sizeof(float));
+    gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
+    gemm_x.reserve(x_halves * 2);
+}
+
+void CudaBackend::prepare(const ComputeGraph& g) {
+    impl_->drop_graphs();
+    impl_->reserve_kv(g);
+    impl_->reserve_scratch(g);
+    const NodeId tok = g.find_input("token_ids");
+    impl_->decode_graph = tok >= 0 && g[tok].shape[0] == 1;
+}
+
+void CudaBackend::bind(const BufferPlan& plan) {
+    impl_->drop_graphs();  // captured graphs hold arena addresses
+    impl_->offset = plan.offset;
+    impl_->arena.reserve(size_t(plan.arena_floats) * sizeof(float));
+}
+
+void CudaBackend::upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
+    MINFER_CUDA_CHECK(cudaMemcpyAsync(impl_->dev(id), bufs.data(id), size_t(n_floats) * sizeof(float),
+                                      cudaMemcpyHostToDevice, impl_->stream));
+}
+
+void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
+    MINFER_CUDA_CHECK(cudaMemcpyAsync(bufs.data(id), impl_->dev(id), size_t(n_floats) * sizeof(float),
+                                      cudaMemcpyDeviceToHost, impl_->stream));
+    MINFER_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations) {
+    const float one = 1.0f, zero = 0.0f;
+    const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
+    if (w.type == GgmlType::F32) {
+        blas_check(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one,
+                               static_cast<const float*>(w.data), k, x, k, &zero, y, m),
+                   "cublasSgemm");
+        return;
+    }
+    void* hi = gemm_x.ptr;
+    void* lo = split_activations ? gemm_x.as<uint16_t>() + nt * w.n_in : nullptr;
+    cuda::dequant_f16(w, gemm_w.ptr, stream);
+    cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
+    for (void* part : {hi, lo}) {
+        if (!part) continue;
+        blas_check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, gemm_w.ptr, CUDA_R_16F, k,
+                                part, CUDA_R_16F, k, part == hi ? &zero : &one, y, CUDA_R_32F, m,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+    }
+}
+
+// Matrix-vector kernels for up to kMaxMatvecTokens rows; cuBLAS on half tiles beyond. Weights that are
+// exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
+void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, int64_t nt, float* y,
+                               bool exact_weights) {
+    if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, nullptr, stream);
+    gemm(w, x, nt, y, exact_weights);
+    if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
+}
+
+void CudaBackend::Impl::fused_qkv(const CNode& n) {
+    const auto& m = std::get<meta::FusedQkv>(n.meta);
+    const int64_t nt = n.shape[1], nq = m.q.weight.n_out, nkv = m.kv.n_embd;
+    cuda::QkvEpilogue e{
+        {m.rope.n_head, m.rope.head_dim, m.rope.n_rot, m.rope.freq_base, m.style == RopeStyle::Neox},
+        m.n_head_kv,
+        vec(m.q.bias),
+        vec(m.k.bias),
+        vec(m.v.bias),
+        vec(m.q_norm),
+        vec(m.k_norm),
+        m.norm_eps,
+        nq,
+        nkv,
+        nkv};
+    const float *q = dev(n.src[0]), *k = nullptr, *v = nullptr;
+    if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // the projections ran as their own nodes
+        k = dev(n.src[1]);
+        v = dev(n.src[2]);
+    } else {
+        const auto it = qkv.find(m.q.weight.name);
+        if (it == qkv.end()) throw Error("CUDA backend: no concatenated QKV weight for " + m.q.weight.name);
+        float* rows = fused.as<float>();
+        cuda::matvec(it->second, q, nt, rows, nullptr, nullptr, stream);
+        q = rows, k = rows + nq, v = rows + nq + nkv;
+        e.q_stride = e.k_stride = e.v_stride = nq + 2 * nkv;
+    }
+    cuda::qkv_epilogue(q, k, v, ids(n.src.back()), nt, e, dev(n.id), region(layer_of(n.op)), stream);
+}
+
+void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n) {
+    float* out = dev(n.id);
+    auto in = [&](size_t i) { return dev(n.src[i]); };
+    const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
+    cudaStream_t s = stream;
+    std::visit(
+        Overload{
+            [&](const op::GetRows&) {
+                if (const auto* w = std::get_if<meta::Weight>(&n.meta))  // embedding: src = [ids]
+                    return cuda::get_rows(mat(w->weight), ids(n.src[0]), nt, out, s);
+                cuda::get_rows_f32(in(0), d, ids(n.src[1]), nt, out, s);
+            },
+            [&](const op::RmsNorm& o) {
+                cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, d, nt, o.eps, s);
+            },
+            [&](const op::QkNorm& o) {
+                cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, o.hd, nt * o.nh, o.eps,
+                               s);
+            },
+            [&](const op::MatMul&) {
+                const auto& m = std::get<meta::MatMul>(n.meta);
+                const bool exact = m.weight.type == GgmlType::F16 || m.weight.type == GgmlType::BF16;
+                matmul(mat(m.weight), vec(m.bias), in(0), nt, out, exact);
+            },
+            [&](const op::Rope& o) {
+                const auto& m = std::get<meta::Rope>(n.meta);
+                cuda::rope(in(0), out, ids(n.src[1]), nt,
+                           {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox}, s);
+            },
+            [&](const op::Attn&) {
+                const auto& m = std::get<meta::Attn>(n.meta);
+                const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
+                cuda::attention(in(0), region(m.layer), ids(n.src[2]), nt, a, out, partials.as<float>(), s);
+            },
+            [&](const op::KvcacheStore& o) {
+                cuda::kv_store(in(0), in(1), ids(n.src[2]), g[n.src[0]].shape[1], region(o.layer), s);
+            },
+            [&](const op::Add&) { cuda::add(in(0), in(1), out, numel, s); },
+            [&](const op::Mul&) { cuda::mul(in(0), in(1), out, numel, s); },
+            [&](const op::Silu&) { cuda::silu(in(0), out, numel, s); },
+            [&](const op::SwiGLU&) { cuda::swiglu(in(0), in(1), out, numel, s); },
+            [&](const op::FusedFFN&) {
+                const auto& m = std::get<meta::FusedFfn>(n.meta);
+                if (nt > cuda::kMaxMatvecTokens)
+                    throw Error("CUDA FusedFFN: more tokens than one matvec serves");
+                cuda::matvec_swiglu(mat(m.gate), mat(m.up), in(0), nt, out, s);
+            },
+            [&](const op::Input&) {}, [&](const op::KvcacheLoad&) {},
+            [&](const auto&) { fused_qkv(n); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
+        },
+        n.op);
+}
+
+void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers&) {
+    impl_->run(g, n);
+}
+
+double CudaBackend::Impl::node_weight_bytes(const CNode& n) const {
+    double b = 0;
+    auto add = [&](const WeightRef& w) { b += w.present() && w.n_out > 1 ? double(bytes_of(w)) : 0.0; };
+    std::visit(Overload{[&](const meta::MatMul& m) { add(m.weight); },
+                        [&](const meta::FusedQkv& m) { add(m.q.weight), add(m.k.weight), add(m.v.weight); },
+                        [&](const meta::FusedFfn& m) { add(m.gate), add(m.up); }, [&](const auto&) {}},
+               n.meta);
+    if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) b = 0;  // its projections are their own nodes
+    return b;
+}
+
+void CudaBackend::Impl::run_profiled(const ComputeGraph& g, const CNode& n) {
+    if (!ev[0]) {
+        MINFER_CUDA_CHECK(cudaEventCreate(&ev[0]));
+        MINFER_CUDA_CHECK(cudaEventCreate(&ev[1]));
+    }
+    MINFER_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    run(g, n);
+    MINFER_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+    MINFER_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+    float ms = 0;
+    MINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    const bool small = n.shape[1] <= cuda::kMaxMatvecTokens;
+    OpTime& t = op_times[std::string(op_name(n.op)) + (small ? " (decode)" : " (prefill)")];
+    t.ms += ms;
+    t.weight_bytes += node_weight_bytes(n);
+    ++t.calls;
+}
+
+void CudaBackend::Impl::print_profile() const {
+    std::fprintf(stderr,
+                 "| op | calls | total ms | mean us | weight GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (const auto& [name, t] : op_times)
+        std::fprintf(stderr, "| %s | %lld | %.3f | %.2f | %.0f |\n", name.c_str(), (long long)t.calls, t.ms,
+                     1e3 * t.ms / double(t.calls), t.weight_bytes > 0 ? t.weight_bytes / (t.ms * 1e6) : 0.0);
+}
+
+// Records the segment's kernels into a CUDA graph and launches it.
+void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, Captured& c) {
+    MINFER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+        for (NodeId id : nodes) run(g, g[id]);
+    } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+    }
+    MINFER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    const cudaError_t st = cudaGraphInstantiate(&c.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MINFER_CUDA_CHECK(st);
+}
+
+// A reusable decode segment runs eagerly once, is captured on its second run and replayed after.
+void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers&,
+                                  bool reusable) {
+    Impl& im = *impl_;
+    if (im.profile) {
+        for (NodeId id : nodes) im.run_profiled(g, g[id]);
+        return;
+    }
+    if (!reusable || !im.replay || !im.decode_graph || nodes.empty()) {
+        for (NodeId id : nodes) im.run(g, g[id]);
+        return;
+    }
+    Impl::Captured& c = im.graphs[{g.uid, nodes.front()}];
+    if (!c.exec && ++c.runs < 2) {
+        for (NodeId id : nodes) im.run(g, g[id]);
+        return;
+    }
+    if (!c.exec) im.run_captured(g, nodes, c);
+    MINFER_CUDA_CHECK(cudaGraphLaunch(c.exec, im.stream));
+    ++im.launches;
+}
+
+bool cuda_available() {
+    return cuda::device_count() > 0;
+}
+
+}  // namespace minfer

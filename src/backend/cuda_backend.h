@@ -1,0 +1,43 @@
+// The CUDA backend: weights uploaded once at construction (quantized, as in the file; Q/K/V of a layer
+// concatenated when their types agree, for the fused decode projection), a device mirror of the
+// executor's arena, persistent per-layer KV regions on the device, and the kernels of backend/cuda/.
+// Decode segments are captured into a CUDA graph on their second run and replayed afterwards, keyed
+// on the graph's uid (MINFER_NO_CUDA_GRAPH=1 turns replay off).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace minfer {
+
+struct Model;
+
+class CudaBackend final : public Backend {
+  public:
+    explicit CudaBackend(const Model& m);
+    ~CudaBackend() override;
+    BackendKind kind() const override { return BackendKind::Cuda; }
+    bool supports(const CNode& n) const override;
+    void prepare(const ComputeGraph& g) override;
+    void compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) override;
+    void compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers& bufs,
+                         bool reusable) override;
+    bool has_own_memory() const override { return true; }
+    void bind(const BufferPlan& plan) override;
+    void upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) override;
+    void download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) override;
+
+    size_t weight_bytes() const;
+    uint64_t graph_launches() const;  // CUDA-graph replays so far (tests, reports)
+
+    struct Impl;
+
+  private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// True when this build has the CUDA backend and a device is present.
+bool cuda_available();
+
+}  // namespace minfer

@@ -1,0 +1,296 @@
+// CUDA quant kernels (backend/cuda/quant_cuda.h) against the CPU reference traits: matvec and
+// matvec_swiglu within a stated rounding budget, dequant_f32 / get_rows bit-exact with to_float_ref, and
+// dequant_f16 equal to to_float_ref rounded to the nearest half. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/quant_cuda.h"
+#include "cuda/cuda_test_util.h"
+#include "quants/quant_test_util.h"
+#include "util/error.h"
+
+namespace minfer::test {
+namespace {
+
+using cuda::QMatrix;
+
+// Rounding budget of the matvec kernels. The weights are dequantized exactly (as to_float_ref) and the
+// only error is the f32 summation: each output is a sum along chains of at most ~64 roundings (a lane's
+// running sums over its share of the row, a 5-level warp shuffle tree, an 8-warp sum, bias, residual),
+// so |y - ref| <= 64 * 2^-24 * (sum_i |w_i x_i| + |bias| + |res|) ~ 3.8e-6 * (...) for the row lengths
+// tested here. The asserted budget, 1e-5 * (...) + 1e-6, leaves a margin of 2.6x; a misplaced nibble or
+// scale gives errors of the order of the row's magnitude itself.
+constexpr double kRelBudget = 1e-5, kAbsBudget = 1e-6;
+
+std::string type_name(const ::testing::TestParamInfo<GgmlType>& info) {
+    return traits(info.param).name;
+}
+
+// Row lengths: several blocks (and super-blocks), including the dense types' lengths that are not a
+// multiple of 4 (the kernels' 1-wide path).
+std::vector<int64_t> row_lengths(const QuantTraits& q) {
+    if (q.block_size == 1) return {7, 100, 257, 4864};
+    if (q.block_size == 32) return {32, 96, 4864};
+    return {256, 768, 4864};
+}
+
+const int64_t kRowCounts[] = {1, 7, 131};
+const int64_t kTokenCounts[] = {1, 2, 5, 8};
+constexpr int64_t kMaxTokens = cuda::kMaxMatvecTokens;
+
+// An n_out x n_in matrix quantized by the CPU's from_float_ref, and its dequantization by to_float_ref.
+struct HostMatrix {
+    GgmlType type;
+    int64_t n_in, n_out;
+    std::vector<uint8_t> bytes;
+    std::vector<float> values;
+};
+
+HostMatrix quantized_matrix(GgmlType t, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+    const QuantTraits& q = traits(t);
+    HostMatrix m{t, n_in, n_out, std::vector<uint8_t>(quant_row_bytes(q, n_in) * size_t(n_out)),
+                 std::vector<float>(size_t(n_out * n_in))};
+    const std::vector<float> src = gaussian(rng, n_out * n_in);
+    q.from_float_ref(src.data(), m.bytes.data(), n_out * n_in);
+    q.to_float_ref(m.bytes.data(), m.values.data(), n_out * n_in);
+    return m;
+}
+
+// Random bytes (every bit pattern of the quants, sane fp16 scales) and their to_float_ref values.
+HostMatrix random_matrix(GgmlType t, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+    HostMatrix m{t, n_in, n_out, random_row(rng, t, n_out * n_in), std::vector<float>(size_t(n_out * n_in))};
+    traits(t).to_float_ref(m.bytes.data(), m.values.data(), n_out * n_in);
+    return m;
+}
+
+// Double-precision dot products of every row with every token (dot[t][r]) and sum_i |w_i x_i| (mag).
+struct RefDots {
+    std::vector<double> dot, mag;
+};
+
+RefDots reference_dots(const HostMatrix& w, const std::vector<float>& x, int64_t nt) {
+    RefDots r{std::vector<double>(size_t(nt * w.n_out)), std::vector<double>(size_t(nt * w.n_out))};
+    for (int64_t t = 0; t < nt; ++t)
+        for (int64_t o = 0; o < w.n_out; ++o) {
+            double acc = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < w.n_in; ++i) {
+                const double p = double(w.values[size_t(o * w.n_in + i)]) * x[size_t(t * w.n_in + i)];
+                acc += p;
+                mag += std::fabs(p);
+            }
+            r.dot[size_t(t * w.n_out + o)] = acc;
+            r.mag[size_t(t * w.n_out + o)] = mag;
+        }
+    return r;
+}
+
+// y = W x (+ bias) (+ res) for one way of passing bias and residual.
+enum class Extra { kNone, kBias, kRes, kBiasResInPlace };
+const Extra kExtras[] = {Extra::kNone, Extra::kBias, Extra::kRes, Extra::kBiasResInPlace};
+
+constexpr int kGuard = 64;  // floats after y that no kernel may write
+const uint32_t kSentinel = 0x7fc0dead;
+
+std::vector<float> sentinel_floats(size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) std::memcpy(&f, &kSentinel, 4);
+    return v;
+}
+
+void expect_guard_intact(const std::vector<float>& y, size_t n, const std::string& ctx) {
+    for (size_t i = n; i < y.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &y[i], 4);
+        ASSERT_EQ(u, kSentinel) << ctx << ": wrote past the output at " << i - n;
+    }
+}
+
+// Runs matvec for every token count and Extra on one matrix and checks every output against `ref`.
+void check_matvec(const HostMatrix& w, std::mt19937& rng) {
+    const std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
+    const std::vector<float> bias = gaussian(rng, w.n_out), res = gaussian(rng, kMaxTokens * w.n_out);
+    const RefDots ref = reference_dots(w, x, kMaxTokens);
+    DeviceBuffer<uint8_t> dw(w.bytes);
+    DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+    const QMatrix qm{w.type, dw.get(), w.n_in, w.n_out};
+    TestStream s;
+    for (int64_t nt : kTokenCounts)
+        for (Extra e : kExtras) {
+            const std::string ctx = std::string(traits(w.type).name) + " " + std::to_string(w.n_out) + "x" +
+                                    std::to_string(w.n_in) + " nt=" + std::to_string(nt) +
+                                    " extra=" + std::to_string(int(e));
+            const size_t n = size_t(nt * w.n_out);
+            std::vector<float> y0 = sentinel_floats(n + kGuard);
+            if (e == Extra::kBiasResInPlace) std::copy(res.begin(), res.begin() + n, y0.begin());
+            DeviceBuffer<float> dy(y0);
+            const bool has_bias = e == Extra::kBias || e == Extra::kBiasResInPlace;
+            const float* res_ptr = e == Extra::kRes              ? dres.get()
+                                   : e == Extra::kBiasResInPlace ? dy.get()
+                                                                 : nullptr;
+            cuda::matvec(qm, dx.get(), nt, dy.get(), has_bias ? dbias.get() : nullptr, res_ptr, s.get());
+            s.sync();
+            const std::vector<float> y = dy.download();
+            for (size_t k = 0; k < n; ++k) {
+                const size_t r = k % size_t(w.n_out);
+                const double b = has_bias ? bias[r] : 0.0, rs = res_ptr ? res[k] : 0.0;
+                const double want = ref.dot[k] + b + rs;
+                const double tol = kRelBudget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
+                ASSERT_NEAR(y[k], want, tol) << ctx << " token " << k / w.n_out << " row " << r;
+            }
+            expect_guard_intact(y, n, ctx);
+        }
+}
+
+// matvec_swiglu against silu(g) * u of the reference dots g, u. With e_g, e_u the matvec budgets of g and
+// u, |silu'| <= 1.1 and a few ulps for expf, the division and the product:
+// |y - ref| <= 1.1 |u| e_g + |silu(g)| e_u + e_g e_u + 1e-6 |silu(g) u| + 1e-6.
+void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng) {
+    const std::vector<float> x = gaussian(rng, kMaxTokens * gate.n_in);
+    const RefDots g = reference_dots(gate, x, kMaxTokens), u = reference_dots(up, x, kMaxTokens);
+    DeviceBuffer<uint8_t> dg(gate.bytes), du(up.bytes);
+    DeviceBuffer<float> dx(x);
+    TestStream s;
+    for (int64_t nt : kTokenCounts) {
+        const size_t n = size_t(nt * gate.n_out);
+        DeviceBuffer<float> dy(sentinel_floats(n + kGuard));
+        cuda::matvec_swiglu({gate.type, dg.get(), gate.n_in, gate.n_out},
+                            {up.type, du.get(), up.n_in, up.n_out}, dx.get(), nt, dy.get(), s.get());
+        s.sync();
+        const std::vector<float> y = dy.download();
+        const std::string ctx = std::string(traits(gate.type).name) + " " + std::to_string(gate.n_out) + "x" +
+                                std::to_string(gate.n_in) + " nt=" + std::to_string(nt);
+        for (size_t k = 0; k < n; ++k) {
+            const double eg = kRelBudget * g.mag[k] + kAbsBudget, eu = kRelBudget * u.mag[k] + kAbsBudget;
+            const double silu = g.dot[k] / (1.0 + std::exp(-g.dot[k]));
+            const double want = silu * u.dot[k];
+            const double tol = 1.1 * std::fabs(u.dot[k]) * eg + std::fabs(silu) * eu + eg * eu +
+                               1e-6 * std::fabs(want) + kAbsBudget;
+            ASSERT_NEAR(y[k], want, tol) << ctx << " token " << k / gate.n_out << " row " << k % gate.n_out;
+        }
+        expect_guard_intact(y, n, ctx);
+    }
+}
+
+template <class T>
+void expect_bits_equal(const std::vector<T>& got, const std::vector<T>& want, const std::string& ctx) {
+    ASSERT_GE(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0)
+            << ctx << ": element " << i << " got " << float(got[i]) << " want " << float(want[i]);
+}
+
+class CudaQuant : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(CudaQuant, MatvecMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(1234 + int(GetParam()));
+    for (int64_t n_in : row_lengths(traits(GetParam())))
+        for (int64_t n_out : kRowCounts) {
+            check_matvec(quantized_matrix(GetParam(), n_out, n_in, rng), rng);
+            if (HasFatalFailure()) return;
+        }
+}
+
+// Random bytes reach every quant level, scale bit and sign the quantizer may not produce.
+TEST_P(CudaQuant, MatvecOnRandomBlocks) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(99 + int(GetParam()));
+    const int64_t n_in = traits(GetParam()).block_size == 1 ? 1000 : 1024;
+    check_matvec(random_matrix(GetParam(), 37, n_in, rng), rng);
+}
+
+TEST_P(CudaQuant, MatvecSwigluMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(77 + int(GetParam()));
+    for (int64_t n_in : row_lengths(traits(GetParam())))
+        for (int64_t n_out : {int64_t(1), int64_t(131)}) {
+            const HostMatrix gate = quantized_matrix(GetParam(), n_out, n_in, rng);
+            check_swiglu(gate, quantized_matrix(GetParam(), n_out, n_in, rng), rng);
+            if (HasFatalFailure()) return;
+        }
+}
+
+TEST_P(CudaQuant, DequantBitExact) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(5 + int(GetParam()));
+    TestStream s;
+    for (int64_t n_in : row_lengths(traits(GetParam())))
+        for (int64_t n_out : kRowCounts) {
+            const HostMatrix w = random_matrix(GetParam(), n_out, n_in, rng);
+            const std::string ctx =
+                std::string(traits(w.type).name) + " " + std::to_string(n_out) + "x" + std::to_string(n_in);
+            DeviceBuffer<uint8_t> dw(w.bytes);
+            const QMatrix qm{w.type, dw.get(), n_in, n_out};
+            DeviceBuffer<float> out32(w.values.size());
+            DeviceBuffer<uint16_t> out16(w.values.size());
+            cuda::dequant_f32(qm, out32.get(), s.get());
+            cuda::dequant_f16(qm, out16.get(), s.get());
+            s.sync();
+            expect_bits_equal(out32.download(), w.values, ctx + " f32");
+            std::vector<uint16_t> want16(w.values.size());
+            for (size_t i = 0; i < want16.size(); ++i) want16[i] = f32_to_fp16(w.values[i]);
+            expect_bits_equal(out16.download(), want16, ctx + " f16");
+            if (HasFatalFailure()) return;
+        }
+}
+
+TEST_P(CudaQuant, GetRowsBitExact) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(11 + int(GetParam()));
+    const QuantTraits& q = traits(GetParam());
+    const int64_t n_in = q.block_size == 1 ? 257 : 4 * q.block_size, n_out = 131;
+    const HostMatrix w = random_matrix(GetParam(), n_out, n_in, rng);
+    DeviceBuffer<uint8_t> dw(w.bytes);
+    TestStream s;
+    for (int64_t nt : {1, 3, 17}) {
+        std::vector<int32_t> ids(static_cast<size_t>(nt));
+        for (int32_t& id : ids) id = int32_t(rng() % uint32_t(n_out));
+        ids.back() = int32_t(n_out - 1);
+        DeviceBuffer<int32_t> dids(ids);
+        const size_t n = size_t(nt * n_in);
+        DeviceBuffer<float> out(sentinel_floats(n + kGuard));
+        cuda::get_rows({w.type, dw.get(), n_in, n_out}, dids.get(), nt, out.get(), s.get());
+        s.sync();
+        std::vector<float> want(n);
+        for (int64_t t = 0; t < nt; ++t)
+            std::copy_n(w.values.begin() + ids[size_t(t)] * n_in, n_in, want.begin() + t * n_in);
+        const std::vector<float> got = out.download();
+        expect_bits_equal(got, want, std::string(q.name) + " nt=" + std::to_string(nt));
+        expect_guard_intact(got, n, q.name);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaQuant, ::testing::ValuesIn(kAllQuantTypes), type_name);
+
+TEST(CudaQuantApi, SupportedTypes) {
+    for (GgmlType t : kAllQuantTypes) EXPECT_TRUE(cuda::quant_supported(t)) << traits(t).name;
+    for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::I32})
+        EXPECT_FALSE(cuda::quant_supported(t)) << ggml_type_name(t);
+}
+
+// Bad arguments are refused on the host before anything is launched.
+TEST(CudaQuantApi, RejectsBadArguments) {
+    MINFER_SKIP_WITHOUT_GPU();
+    DeviceBuffer<float> buf(4096);
+    const QMatrix q4k{GgmlType::Q4_K, buf.get(), 512, 2};
+    EXPECT_THROW(cuda::matvec(q4k, buf.get(), 0, buf.get(), nullptr, nullptr, nullptr), Error);
+    EXPECT_THROW(cuda::matvec(q4k, buf.get(), 9, buf.get(), nullptr, nullptr, nullptr), Error);
+    EXPECT_THROW(
+        cuda::matvec({GgmlType::Q4_K, buf.get(), 300, 2}, buf.get(), 1, buf.get(), nullptr, nullptr, nullptr),
+        Error);
+    EXPECT_THROW(cuda::dequant_f32({GgmlType::Q2_K, buf.get(), 256, 2}, buf.get(), nullptr), Error);
+    EXPECT_THROW(
+        cuda::matvec_swiglu(q4k, {GgmlType::Q6_K, buf.get(), 512, 2}, buf.get(), 1, buf.get(), nullptr),
+        Error);
+    EXPECT_THROW(cuda::matvec(q4k, buf.get() + 1, 1, buf.get(), nullptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace minfer::test

@@ -1,0 +1,164 @@
+// The CUDA backend end to end, against the CPU backend on the same synthetic models: prefill (cuBLAS)
+// and decode (matrix-vector kernels, fused decode graph, CUDA-graph replay) logits, fused against
+// unfused decode, and replay against eager execution. Skipped where there is no GPU.
+#include <gtest/gtest.h>
+
+#ifdef MINFER_HAVE_CUDA
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda_backend.h"
+#include "gguf/gguf_test_util.h"
+#include "models/model.h"
+#include "models/synth.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace minfer::test {
+namespace {
+
+#define MINFER_REQUIRE_GPU() \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+std::unique_ptr<Model> synth(const std::string& arch, GgmlType type) {
+    static TempDir dir;
+    static int count = 0;
+    SynthSpec s;
+    s.arch = arch;
+    s.n_layer = 2;
+    s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 512, s.n_vocab = 512;
+    s.type = type;
+    const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
+    write_synth_model(s, path);
+    return Model::load(path);
+}
+
+// Sets an environment variable for the lifetime of the guard (read when a Session is constructed).
+struct EnvGuard {
+    std::string name;
+    EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+    ~EnvGuard() { unsetenv(name.c_str()); }
+};
+
+float max_abs(std::span<const float> a) {
+    float m = 0;
+    for (float v : a) m = std::max(m, std::fabs(v));
+    return m;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
+std::vector<int32_t> prompt(int n, int64_t n_vocab) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(int32_t((i * 7919 + 13) % n_vocab));
+    return ids;
+}
+
+// Greedy decode of n tokens after `p`; every step's logits appended to `logits`.
+std::vector<int32_t> decode(Session& s, const std::vector<int32_t>& p, int n, std::vector<float>& logits) {
+    std::span<const float> l = s.forward(p, 1);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+        logits.insert(logits.end(), l.begin(), l.end());
+        out.push_back(argmax(l));
+        l = s.forward(std::span<const int32_t>(&out.back(), 1), 1);
+    }
+    return out;
+}
+
+struct TypeCase {
+    const char* arch;
+    GgmlType type;
+    // Budgets relative to the largest |logit|: prefill activations enter cuBLAS as half (one half for
+    // quantized weights: 2^-11 relative rounding; hi + lo halves for F16/BF16/F32 weights: f32-like), and
+    // decode runs f32 matrix-vector kernels whose only difference to the CPU is summation order.
+    float prefill_budget, decode_budget;
+};
+
+class CudaVsCpu : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
+    MINFER_REQUIRE_GPU();
+    const TypeCase c = GetParam();
+    const auto m = synth(c.arch, c.type);
+    Session cpu(*m, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda});
+    const std::vector<int32_t> ids = prompt(24, m->hp.n_vocab);
+    const auto nt = int64_t(ids.size());
+    const std::span<const float> w0 = cpu.forward(ids, nt);
+    const std::vector<float> want(w0.begin(), w0.end());
+    const std::span<const float> got = gpu.forward(ids, nt);
+    const float scale = max_abs(want);
+    EXPECT_LE(max_abs_diff(got, want), c.prefill_budget * scale) << "prefill of " << nt << " tokens";
+    gpu.reset();
+    cpu.reset();
+
+    std::vector<float> lc, lg;
+    const std::vector<int32_t> tc = decode(cpu, ids, 16, lc), tg = decode(gpu, ids, 16, lg);
+    EXPECT_LE(max_abs_diff(lg, lc), c.decode_budget * max_abs(lc)) << "decode logits";
+    EXPECT_EQ(tg, tc);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,
+                         ::testing::Values(TypeCase{"qwen2", GgmlType::F32, 1e-4f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::F16, 1e-4f, 1e-4f},
+                                           TypeCase{"qwen3", GgmlType::BF16, 1e-4f, 1e-4f},
+                                           TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
+                                           TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f}),
+                         [](const auto& info) {
+                             return std::string(info.param.arch) + "_" + ggml_type_name(info.param.type);
+                         });
+
+// The decode fusions (FusedQKV / FusedQkvNorm, FusedFFN) compute what the unfused chain does.
+TEST(CudaSession, FusedAndUnfusedDecodeAgree) {
+    MINFER_REQUIRE_GPU();
+    for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+        SCOPED_TRACE(arch);
+        const auto m = synth(arch, GgmlType::Q8_0);
+        const std::vector<int32_t> ids = prompt(7, m->hp.n_vocab);
+        std::vector<float> lf, lu;
+        Session fused(*m, {128, 2, BackendKind::Cuda});
+        const std::vector<int32_t> tf = decode(fused, ids, 24, lf);
+        EnvGuard a("MINFER_NO_FUSE_QKV", "1"), b("MINFER_NO_FUSE_FFN", "1");
+        Session unfused(*m, {128, 2, BackendKind::Cuda});
+        const std::vector<int32_t> tu = decode(unfused, ids, 24, lu);
+        EXPECT_EQ(tf, tu);
+        EXPECT_LE(max_abs_diff(lf, lu), 1e-5f * max_abs(lu)) << "f32 kernels, different summation order";
+    }
+}
+
+// Decode steps after the first two replay a captured CUDA graph, and replay changes no number.
+TEST(CudaSession, DecodeGraphIsReplayed) {
+    MINFER_REQUIRE_GPU();
+    const auto m = synth("qwen2", GgmlType::Q4_K);
+    const std::vector<int32_t> ids = prompt(5, m->hp.n_vocab);
+    std::vector<float> lr, le;
+    Session replayed(*m, {128, 2, BackendKind::Cuda});
+    const std::vector<int32_t> tr = decode(replayed, ids, 20, lr);
+    const auto* backend = dynamic_cast<const CudaBackend*>(replayed.gpu());
+    ASSERT_NE(backend, nullptr);
+    EXPECT_GE(backend->graph_launches(), 18u);
+    EnvGuard off("MINFER_NO_CUDA_GRAPH", "1");
+    Session eager(*m, {128, 2, BackendKind::Cuda});
+    const std::vector<int32_t> te = decode(eager, ids, 20, le);
+    EXPECT_EQ(dynamic_cast<const CudaBackend*>(eager.gpu())->graph_launches(), 0u);
+    EXPECT_EQ(tr, te);
+    EXPECT_EQ(max_abs_diff(lr, le), 0.0f) << "the same kernels in the same order";
+}
+
+}  // namespace
+}  // namespace minfer::test
+
+#endif  // MINFER_HAVE_CUDA
