@@ -41,6 +41,9 @@ class Backend {
     // Backends with their own memory: sized to each newly planned graph, and buffer transfers between
     // the host arena (bufs.data) and the backend's mirror of it; download completes before returning.
     virtual bool has_own_memory() const { return false; }
+    // Host memory for the executor's arena that this backend transfers from fastest (pinned for a
+    // GPU), grown to at least n_floats and owned by the backend; nullptr: ordinary memory will do.
+    virtual float* host_arena(int64_t n_floats) { return nullptr; }
     virtual void bind(const BufferPlan& plan) {}
     virtual void upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {}
     virtual void download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {}

@@ -225,7 +225,10 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                            cpu::rms_norm(in(0) + r * o.hd, w, out + r * o.hd, o.hd, o.eps);
                        });
                    },
-                   [&](const op::MatMul&) { matmul(std::get<meta::MatMul>(n.meta), in(0), nt, out); },
+                   [&](const op::MatMul& o) {
+                       matmul(std::get<meta::MatMul>(n.meta), in(0), nt, out);
+                       if (o.residual) cpu::add(out, in(1), out, numel);
+                   },
                    [&](const op::Rope& o) {
                        const auto& m = std::get<meta::Rope>(n.meta);
                        const int32_t* pos = ids_of(bufs, n.src[1]);

@@ -82,6 +82,8 @@ struct CudaBackend::Impl {
     size_t weight_bytes = 0;
 
     DeviceBuffer arena, partials, fused, gemm_w, gemm_x, blas_ws;
+    float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
+    int64_t pinned_floats = 0;
     std::vector<int64_t> offset;
     std::vector<cuda::KvRegion> kv;  // by layer; k == nullptr until declared
     std::vector<std::unique_ptr<DeviceBuffer>> kv_mem;
@@ -110,6 +112,7 @@ struct CudaBackend::Impl {
         for (cudaEvent_t e : ev)
             if (e) cudaEventDestroy(e);
         drop_graphs();
+        cudaFreeHost(pinned);
         if (blas) cublasDestroy(blas);
         if (stream) cudaStreamDestroy(stream);
     }
@@ -164,7 +167,7 @@ struct CudaBackend::Impl {
 
     void reserve_kv(const ComputeGraph& g);
     void reserve_scratch(const ComputeGraph& g);
-    void matmul(const QMatrix& w, const float* bias, const float* x, int64_t nt, float* y,
+    void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
     void fused_qkv(const CNode& n);
@@ -299,6 +302,18 @@ void CudaBackend::bind(const BufferPlan& plan) {
     impl_->arena.reserve(size_t(plan.arena_floats) * sizeof(float));
 }
 
+float* CudaBackend::host_arena(int64_t n_floats) {
+    Impl& im = *impl_;
+    if (n_floats > im.pinned_floats) {
+        MINFER_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+        cudaFreeHost(im.pinned);
+        im.pinned = nullptr;
+        MINFER_CUDA_CHECK(cudaMallocHost(&im.pinned, size_t(n_floats) * sizeof(float)));
+        im.pinned_floats = n_floats;
+    }
+    return im.pinned;
+}
+
 void CudaBackend::upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
     MINFER_CUDA_CHECK(cudaMemcpyAsync(impl_->dev(id), bufs.data(id), size_t(n_floats) * sizeof(float),
                                       cudaMemcpyHostToDevice, impl_->stream));
@@ -334,11 +349,12 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 
 // Matrix-vector kernels for up to kMaxMatvecTokens rows; cuBLAS on half tiles beyond. Weights that are
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
-void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, int64_t nt, float* y,
-                               bool exact_weights) {
-    if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, nullptr, stream);
+void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
+                               int64_t nt, float* y, bool exact_weights) {
+    if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
     gemm(w, x, nt, y, exact_weights);
     if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
+    if (res) cuda::add(y, res, y, w.n_out * nt, stream);
 }
 
 void CudaBackend::Impl::fused_qkv(const CNode& n) {
@@ -390,10 +406,10 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n) {
                 cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, o.hd, nt * o.nh, o.eps,
                                s);
             },
-            [&](const op::MatMul&) {
+            [&](const op::MatMul& o) {
                 const auto& m = std::get<meta::MatMul>(n.meta);
                 const bool exact = m.weight.type == GgmlType::F16 || m.weight.type == GgmlType::BF16;
-                matmul(mat(m.weight), vec(m.bias), in(0), nt, out, exact);
+                matmul(mat(m.weight), vec(m.bias), in(0), o.residual ? in(1) : nullptr, nt, out, exact);
             },
             [&](const op::Rope& o) {
                 const auto& m = std::get<meta::Rope>(n.meta);

@@ -27,6 +27,7 @@ class CudaBackend final : public Backend {
     void bind(const BufferPlan& plan) override;
     void upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) override;
     void download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) override;
+    float* host_arena(int64_t n_floats) override;  // pinned
 
     size_t weight_bytes() const;
     uint64_t graph_launches() const;  // CUDA-graph replays so far (tests, reports)

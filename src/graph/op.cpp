@@ -32,7 +32,8 @@ std::string op_string(const Op& o) {
                        s << " { hd: " << p.hd << ", nh: " << p.nh << ", eps: " << p.eps << " }";
                    },
                    [&](const op::MatMul& p) {
-                       s << " { transpose_b: " << (p.transpose_b ? "true" : "false") << " }";
+                       s << " { transpose_b: " << (p.transpose_b ? "true" : "false")
+                         << ", residual: " << (p.residual ? "true" : "false") << " }";
                    },
                    [&](const op::Rope& p) { s << " { style: " << rope_style_name(p.style) << " }"; },
                    [&](const op::Attn&) { s << " { mode: Causal }"; },

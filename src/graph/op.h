@@ -29,8 +29,9 @@ struct QkNorm {  // per-head RMSNorm over nh heads of hd (Qwen3)
     float eps;
     bool operator==(const QkNorm&) const = default;
 };
-struct MatMul {  // weight (and optional bias) named in MatMulMeta
+struct MatMul {  // weight (and optional bias) named in MatMulMeta; src: [x] or [x, residual]
     bool transpose_b = false;
+    bool residual = false;  // src[1] is added to the product (set by the fuse_matmul_add pass)
     bool operator==(const MatMul&) const = default;
 };
 struct Rope {

@@ -73,6 +73,7 @@ ComputeGraph Session::planned_graph(const GraphParams& p) {
     g.topo_order();  // validates: no dangling ids, no cycles
     assign_backends(g, backends_);
     fuse_swiglu(g, backends_);
+    if (cparams_.gpu) fuse_matmul_add(g, backends_);  // saves a kernel launch; nothing on the CPU
     return g;
 }
 

@@ -56,14 +56,20 @@ Schedule make_schedule(const ComputeGraph& g, const BufferPlan& plan, const std:
 
 void Executor::bind(const ComputeGraph& g, BufferPlan plan, const std::vector<Backend*>& backends) {
     plan_ = std::move(plan);
-    if (arena_.size() < size_t(plan_.arena_floats)) arena_.resize(size_t(plan_.arena_floats));
+    host_ = nullptr;
+    for (Backend* b : backends)
+        if (!host_) host_ = b->host_arena(plan_.arena_floats);
+    if (!host_) {
+        if (arena_.size() < size_t(plan_.arena_floats)) arena_.resize(size_t(plan_.arena_floats));
+        host_ = arena_.data();
+    }
     for (Backend* b : backends) b->bind(plan_);
     schedule_ = make_schedule(g, plan_, backends);
 }
 
 float* Executor::data(NodeId id) const {
     const int64_t off = plan_.offset[size_t(id)];
-    return off < 0 ? nullptr : arena_.data() + off;
+    return off < 0 ? nullptr : host_ + off;
 }
 
 void Executor::fill_input(NodeId id, std::span<const int32_t> values) {

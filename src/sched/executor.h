@@ -64,7 +64,8 @@ class Executor final : public NodeBuffers {
     BufferPlan plan_;
     Schedule schedule_;
     NodeObserver* observer_ = nullptr;
-    mutable std::vector<float> arena_;
+    std::vector<float> arena_;  // unless a backend provides the host arena
+    float* host_ = nullptr;     // the host arena in use
 };
 
 }  // namespace minfer

@@ -19,6 +19,40 @@ void assign_backends(ComputeGraph& g, const std::vector<Backend*>& backends) {
     }
 }
 
+namespace {
+
+bool backend_supports(const std::vector<Backend*>& backends, const CNode& n) {
+    for (Backend* b : backends)
+        if (b->kind() == n.backend) return b->supports(n);
+    return false;
+}
+
+}  // namespace
+
+int fuse_matmul_add(ComputeGraph& g, const std::vector<Backend*>& backends) {
+    const auto readers = g.consumers();
+    int rewrites = 0;
+    for (CNode& n : g.nodes) {
+        if (!std::holds_alternative<op::Add>(n.op)) continue;
+        for (int i = 0; i < 2; ++i) {
+            const CNode& mm = g[n.src[size_t(i)]];
+            const auto* op = std::get_if<op::MatMul>(&mm.op);
+            if (!op || op->residual || readers[size_t(mm.id)].size() != 1 || mm.backend != n.backend)
+                continue;
+            CNode fused = mm;
+            fused.id = n.id;
+            fused.name = mm.name + "+add";
+            fused.op = op::MatMul{op->transpose_b, true};
+            fused.src = {mm.src[0], n.src[size_t(1 - i)]};
+            if (!backend_supports(backends, fused)) continue;
+            n = std::move(fused);
+            ++rewrites;
+            break;
+        }
+    }
+    return rewrites;
+}
+
 int fuse_swiglu(ComputeGraph& g, const std::vector<Backend*>& backends) {
     const auto readers = g.consumers();
     int rewrites = 0;

@@ -18,6 +18,11 @@ void assign_backends(ComputeGraph& g, const std::vector<Backend*>& backends);
 // Returns the number of rewrites.
 int fuse_swiglu(ComputeGraph& g, const std::vector<Backend*>& backends);
 
+// Rewrites Add(MatMul(x), r) into MatMul{residual}(x, r) in place when the MatMul has no other
+// reader, runs on the Add's backend and that backend supports the fused form: the residual
+// connection is added by the product's epilogue. The MatMul stays as an orphan. Returns the count.
+int fuse_matmul_add(ComputeGraph& g, const std::vector<Backend*>& backends);
+
 // live[i]: node i must run: it is an output, writes a KV region, or feeds a live node.
 std::vector<bool> live_nodes(const ComputeGraph& g);
 

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#ifdef MINFER_HAVE_CUDA
+#include "backend/cuda/cuda_util.h"
+#endif
 
 namespace minfer::test {
 namespace {
@@ -59,7 +62,8 @@ TEST(CliBench, JsonHasPositiveFiniteRates) {
 TEST(CliBench, ZeroSkipsATest) {
     const json j = parse_stdout(run_cli({"bench", "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json"}));
     EXPECT_TRUE(j.contains("tg4"));
-    EXPECT_EQ(j.size(), 3u) << j.dump();  // model, threads, tg4
+    EXPECT_EQ(j.size(), 4u) << j.dump();  // model, threads, device, tg4
+    EXPECT_EQ(j["device"], "cpu");
 }
 
 TEST(CliBench, BadFlagsFailCleanly) {
@@ -72,6 +76,24 @@ TEST(CliBench, BadFlagsFailCleanly) {
         EXPECT_TRUE(r.failed_cleanly()) << r;
         EXPECT_TRUE(r.out.empty()) << r;
     }
+}
+
+TEST(CliDevice, UnknownDeviceFailsCleanly) {
+    for (const char* cmd : {"run", "bench", "eval", "chat"}) {
+        const CliResult r = run_cli({cmd, "--device", "tpu"});
+        EXPECT_TRUE(r.failed_cleanly()) << r;
+        EXPECT_NE(r.err.find("--device"), std::string::npos) << r;
+    }
+}
+
+// Without a GPU (or without CUDA in the build), --device cuda is one clear error, not a crash.
+TEST(CliDevice, CudaWithoutAGpuFailsCleanly) {
+#ifdef MINFER_HAVE_CUDA
+    if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+#endif
+    const CliResult r = run_cli({"run", "--device", "cuda", "-p", "Hello", "-n", "2"});
+    EXPECT_TRUE(r.failed_cleanly()) << r;
+    EXPECT_NE(r.err.find("cuda"), std::string::npos) << r;
 }
 
 TEST(CliInfo, MissingModelFailsCleanly) {

@@ -1,6 +1,7 @@
-// The CUDA backend end to end, against the CPU backend on the same synthetic models: prefill (cuBLAS)
-// and decode (matrix-vector kernels, fused decode graph, CUDA-graph replay) logits, fused against
-// unfused decode, and replay against eager execution. Skipped where there is no GPU.
+// The CUDA backend end to end, against the CPU backend computing in f32 on the same weights (for a
+// quantized model: an F32 copy of its dequantized weights, since the GPU keeps activations in f32 too):
+// prefill (cuBLAS) and decode (matrix-vector kernels, fused decode graph, CUDA-graph replay) logits,
+// fused against unfused decode, and replay against eager execution. Skipped where there is no GPU.
 #include <gtest/gtest.h>
 
 #ifdef MINFER_HAVE_CUDA
@@ -12,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quants.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda_backend.h"
+#include "gguf/gguf.h"
 #include "gguf/gguf_test_util.h"
+#include "gguf/gguf_writer.h"
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/sampler.h"
@@ -26,8 +30,13 @@ namespace {
 #define MINFER_REQUIRE_GPU() \
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-std::unique_ptr<Model> synth(const std::string& arch, GgmlType type) {
+TempDir& scratch() {
     static TempDir dir;
+    return dir;
+}
+
+std::unique_ptr<Model> synth(const std::string& arch, GgmlType type) {
+    TempDir& dir = scratch();
     static int count = 0;
     SynthSpec s;
     s.arch = arch;
@@ -36,6 +45,23 @@ std::unique_ptr<Model> synth(const std::string& arch, GgmlType type) {
     s.type = type;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
+    return Model::load(path);
+}
+
+// The same model with every tensor dequantized to F32 (metadata copied).
+std::unique_ptr<Model> dequantized(const Model& m) {
+    GgufWriter w;
+    for (const auto& [key, value] : m.file->metadata()) w.set(key, value);
+    for (const GgufTensor& t : m.file->tensors()) {
+        int64_t n = 1;
+        for (int64_t d : t.dims) n *= d;
+        std::vector<float> f(static_cast<size_t>(n));
+        quant_traits(t.type)->to_float_ref(t.data, f.data(), n);
+        w.add_tensor(t.name, GgmlType::F32, t.dims, f.data(), f.size() * sizeof(float));
+    }
+    static int count = 0;
+    const std::string path = scratch().file("dequantized-" + std::to_string(count++) + ".gguf");
+    w.write(path);
     return Model::load(path);
 }
 
@@ -91,7 +117,8 @@ TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
     MINFER_REQUIRE_GPU();
     const TypeCase c = GetParam();
     const auto m = synth(c.arch, c.type);
-    Session cpu(*m, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda});
+    const auto ref = dequantized(*m);
+    Session cpu(*ref, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda});
     const std::vector<int32_t> ids = prompt(24, m->hp.n_vocab);
     const auto nt = int64_t(ids.size());
     const std::span<const float> w0 = cpu.forward(ids, nt);
