@@ -81,7 +81,7 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
     size_t weight_bytes = 0;
 
-    DeviceBuffer arena, partials, fused, gemm_w, gemm_x, blas_ws;
+    DeviceBuffer arena, partials, scores, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<int64_t> offset;
@@ -148,6 +148,9 @@ struct CudaBackend::Impl {
         return off < 0 ? nullptr : arena.as<float>() + off;
     }
     const int32_t* ids(NodeId id) const { return reinterpret_cast<const int32_t*>(dev(id)); }
+    static const int32_t* ids_host(const NodeBuffers& bufs, NodeId id) {
+        return reinterpret_cast<const int32_t*>(bufs.data(id));
+    }
     const QMatrix& mat(const WeightRef& w) const {
         const auto it = mats.find(w.name);
         if (it == mats.end()) throw Error("CUDA backend: weight '" + w.name + "' was not uploaded");
@@ -171,9 +174,11 @@ struct CudaBackend::Impl {
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
     void fused_qkv(const CNode& n);
-    void run(const ComputeGraph& g, const CNode& n);
-    void run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, Captured& c);
-    void run_profiled(const ComputeGraph& g, const CNode& n);
+    void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
+    void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
+    void run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers& bufs,
+                      Captured& c);
+    void run_profiled(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     double node_weight_bytes(const CNode& n) const;
     void print_profile() const;
 };
@@ -268,12 +273,14 @@ void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
 // Scratch sized for the graph: attention partials, fused-QKV rows, and the GEMM's half-precision
 // weight and activation tiles.
 void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
-    size_t part = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    size_t part = 0, score_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
         if (const auto* a = std::get_if<meta::Attn>(&n.meta)) {
             const cuda::AttnShape s{a->n_head, a->n_head_kv, a->hd, 0, a->scale};
             part = std::max(part, size_t(cuda::attention_partials_floats(s, nt, region(a->layer).n_ctx)));
+            if (nt > cuda::kMaxMatvecTokens)
+                score_floats = std::max(score_floats, size_t(a->n_head * nt * region(a->layer).n_ctx));
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
@@ -283,6 +290,7 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
     }
     partials.reserve(part * sizeof(float));
+    scores.reserve(score_floats * sizeof(float));
     fused.reserve(fused_floats * sizeof(float));
     gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
     gemm_x.reserve(x_halves * 2);
@@ -387,7 +395,33 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
     cuda::qkv_epilogue(q, k, v, ids(n.src.back()), nt, e, dev(n.id), region(layer_of(n.op)), stream);
 }
 
-void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n) {
+// Prefill attention as three steps per KV head: scores = scale * Q K^T for the group's query heads
+// (one strided-batched f32 GEMM sharing K), causal softmax, out = P V (sharing V). The key count is
+// read from the host copy of the positions: prefill graphs run eagerly, never from a capture.
+void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::Attn>(n.meta);
+    const cuda::KvRegion& r = region(m.layer);
+    const int64_t nt = n.shape[1], hd = m.hd, group = m.n_head / m.n_head_kv;
+    const int64_t n_kv = std::min<int64_t>(int64_t(ids_host(bufs, n.src[2])[nt - 1]) + 1, r.n_ctx);
+    const int64_t q_stride = g[n.src[0]].shape[0], out_stride = n.shape[0];
+    const float zero = 0.0f, one = 1.0f;
+    float* s = scores.as<float>();
+    for (int64_t j = 0; j < m.n_head_kv; ++j)
+        blas_check(cublasSgemmStridedBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd),
+                                             &m.scale, r.k + j * hd, int(r.n_embd), 0,
+                                             dev(n.src[0]) + j * group * hd, int(q_stride), hd, &zero,
+                                             s + j * group * nt * n_kv, int(n_kv), nt * n_kv, int(group)),
+                   "attention scores");
+    cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream);
+    for (int64_t j = 0; j < m.n_head_kv; ++j)
+        blas_check(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv),
+                                             &one, r.v + j * hd, int(r.n_embd), 0, s + j * group * nt * n_kv,
+                                             int(n_kv), nt * n_kv, &zero, dev(n.id) + j * group * hd,
+                                             int(out_stride), hd, int(group)),
+                   "attention values");
+}
+
+void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     float* out = dev(n.id);
     auto in = [&](size_t i) { return dev(n.src[i]); };
     const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
@@ -417,6 +451,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n) {
                            {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox}, s);
             },
             [&](const op::Attn&) {
+                if (nt > cuda::kMaxMatvecTokens) return attention_gemm(g, n, bufs);
                 const auto& m = std::get<meta::Attn>(n.meta);
                 const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
                 cuda::attention(in(0), region(m.layer), ids(n.src[2]), nt, a, out, partials.as<float>(), s);
@@ -440,8 +475,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n) {
         n.op);
 }
 
-void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers&) {
-    impl_->run(g, n);
+void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    impl_->run(g, n, bufs);
 }
 
 double CudaBackend::Impl::node_weight_bytes(const CNode& n) const {
@@ -455,13 +490,13 @@ double CudaBackend::Impl::node_weight_bytes(const CNode& n) const {
     return b;
 }
 
-void CudaBackend::Impl::run_profiled(const ComputeGraph& g, const CNode& n) {
+void CudaBackend::Impl::run_profiled(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     if (!ev[0]) {
         MINFER_CUDA_CHECK(cudaEventCreate(&ev[0]));
         MINFER_CUDA_CHECK(cudaEventCreate(&ev[1]));
     }
     MINFER_CUDA_CHECK(cudaEventRecord(ev[0], stream));
-    run(g, n);
+    run(g, n, bufs);
     MINFER_CUDA_CHECK(cudaEventRecord(ev[1], stream));
     MINFER_CUDA_CHECK(cudaEventSynchronize(ev[1]));
     float ms = 0;
@@ -482,11 +517,12 @@ void CudaBackend::Impl::print_profile() const {
 }
 
 // Records the segment's kernels into a CUDA graph and launches it.
-void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, Captured& c) {
+void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes,
+                                     const NodeBuffers& bufs, Captured& c) {
     MINFER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
     try {
-        for (NodeId id : nodes) run(g, g[id]);
+        for (NodeId id : nodes) run(g, g[id], bufs);
     } catch (...) {
         cudaStreamEndCapture(stream, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -499,23 +535,23 @@ void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const Node
 }
 
 // A reusable decode segment runs eagerly once, is captured on its second run and replayed after.
-void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers&,
-                                  bool reusable) {
+void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes,
+                                  const NodeBuffers& bufs, bool reusable) {
     Impl& im = *impl_;
     if (im.profile) {
-        for (NodeId id : nodes) im.run_profiled(g, g[id]);
+        for (NodeId id : nodes) im.run_profiled(g, g[id], bufs);
         return;
     }
     if (!reusable || !im.replay || !im.decode_graph || nodes.empty()) {
-        for (NodeId id : nodes) im.run(g, g[id]);
+        for (NodeId id : nodes) im.run(g, g[id], bufs);
         return;
     }
     Impl::Captured& c = im.graphs[{g.uid, nodes.front()}];
     if (!c.exec && ++c.runs < 2) {
-        for (NodeId id : nodes) im.run(g, g[id]);
+        for (NodeId id : nodes) im.run(g, g[id], bufs);
         return;
     }
-    if (!c.exec) im.run_captured(g, nodes, c);
+    if (!c.exec) im.run_captured(g, nodes, bufs, c);
     MINFER_CUDA_CHECK(cudaGraphLaunch(c.exec, im.stream));
     ++im.launches;
 }

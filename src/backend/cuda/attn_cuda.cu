@@ -152,6 +152,24 @@ __global__ void combine_splits_kernel(AttnArgs p) {
     }
 }
 
+__global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
+    const int64_t t = blockIdx.x, h = blockIdx.y;
+    float* row = scores + (h * nt + t) * n_kv;
+    const int64_t limit = lmin(int64_t(pos[t]) + 1, n_kv);
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    __shared__ float red[kWarp];
+    for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < int(blockDim.x / kWarp); ++w) mx = fmaxf(mx, red[w]);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) sum += (row[j] = expf(row[j] - mx));
+    const float inv = 1.0f / block_sum(sum);
+    for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) row[j] = j < limit ? row[j] * inv : 0.0f;
+}
+
 struct EpilogueArgs {
     const float *q, *k, *v;
     const int32_t* pos;
@@ -248,6 +266,12 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
     if (p.splits == 1) return;
     combine_splits_kernel<<<dim3(unsigned(a.n_head), unsigned(nt)), 128, 0, s>>>(p);
     check(int(cudaGetLastError()), "attention combine kernel");
+}
+
+void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s) {
+    if (nt <= 0 || n_kv <= 0) return;
+    causal_softmax_kernel<<<dim3(unsigned(nt), unsigned(n_head)), 256, 0, s>>>(scores, pos, nt, n_kv);
+    check(int(cudaGetLastError()), "causal_softmax kernel");
 }
 
 void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,

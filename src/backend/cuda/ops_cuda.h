@@ -54,6 +54,10 @@ int64_t attention_partials_floats(const AttnShape& a, int64_t nt, int64_t n_ctx)
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
                float* out, float* partials, Stream s);
 
+// Prefill attention's middle step (the products around it run in cuBLAS): score rows
+// scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero.
+void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s);
+
 // The QKV fusions' epilogue for nt rows: biases (nullable), optional per-head RMSNorm of Q and K
 // (Qwen3), RoPE on Q and K, Q to q_out ([nt][n_head * head_dim]), K and V into the region at pos[t].
 struct QkvEpilogue {
