@@ -1,7 +1,8 @@
-// Throughput of the quantized-row . float-vector dot (the decode matrix-vector kernel), single thread:
-// one iteration is a whole matrix-vector product, rows of 4096 weights. bytes_per_second counts weight
-// bytes read. Two sizes: 256 KiB of weights (L2 resident: kernel compute speed) and 256 MiB
-// (streamed from DRAM: what decode sees on a real model).
+// Throughput of the decode matrix-vector kernels, single thread: the quantized-row . float-vector dot
+// (dot/) and the int8 dot against pre-quantized activations (dot_q8/); one iteration is a whole
+// matrix-vector product, rows of 4096 weights. bytes_per_second counts weight bytes read. Two sizes: 256 KiB
+// of weights (L2 resident: kernel compute speed) and 256 MiB (streamed from DRAM: what decode sees on a real
+// model).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ using minfer::QuantTraits;
 
 constexpr int64_t kCols = 4096;
 
-void BM_Dot(benchmark::State& state, GgmlType type, bool reference) {
+void BM_Dot(benchmark::State& state, GgmlType type, bool reference, bool int8) {
     const QuantTraits& q = *minfer::quant_traits(type);
     const size_t row_bytes = minfer::quant_row_bytes(q, kCols);
     const int64_t rows = std::max<int64_t>(1, state.range(0) / int64_t(row_bytes));
@@ -32,10 +33,15 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference) {
         for (float& v : src) v = dist(rng);
         q.from_float_ref(src.data(), w.data() + size_t(r) * row_bytes, kCols);
     }
+    std::vector<uint8_t> xq(int8 ? minfer::act_row_bytes(q, kCols) : 0);
+    if (int8) (reference ? q.quantize_act_ref : q.quantize_act)(x.data(), xq.data(), kCols);
     const auto dot = reference ? q.dot_ref : q.dot;
+    const auto dot_q8 = reference ? q.vec_dot_q8_ref : q.vec_dot_q8;
     for (auto _ : state) {
-        for (int64_t r = 0; r < rows; ++r)
-            y[size_t(r)] = dot(w.data() + size_t(r) * row_bytes, x.data(), kCols);
+        for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* row = w.data() + size_t(r) * row_bytes;
+            y[size_t(r)] = int8 ? dot_q8(row, xq.data(), kCols) : dot(row, x.data(), kCols);
+        }
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
@@ -44,16 +50,41 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference) {
         benchmark::Counter(double(state.iterations()) * double(rows * kCols), benchmark::Counter::kIsRate);
 }
 
+// Throughput of the activation quantizer (one 4096-element row per iteration); bytes are the f32 input.
+void BM_QuantizeAct(benchmark::State& state, GgmlType type) {
+    const QuantTraits& q = *minfer::quant_traits(type);
+    std::mt19937 rng(2);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(kCols));
+    for (float& v : x) v = dist(rng);
+    std::vector<uint8_t> xq(minfer::act_row_bytes(q, kCols));
+    for (auto _ : state) {
+        q.quantize_act(x.data(), xq.data(), kCols);
+        benchmark::DoNotOptimize(xq.data());
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(int64_t(state.iterations()) * kCols * int64_t(sizeof(float)));
+}
+
 void register_all() {
     const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-                              GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
     for (GgmlType t : types) {
-        const std::string name = minfer::quant_traits(t)->name;
-        benchmark::RegisterBenchmark(("dot/" + name).c_str(), BM_Dot, t, false)
+        const QuantTraits& q = *minfer::quant_traits(t);
+        const std::string name = q.name;
+        benchmark::RegisterBenchmark(("dot/" + name).c_str(), BM_Dot, t, false, false)
             ->Arg(256 << 10)
             ->Arg(256 << 20);
-        benchmark::RegisterBenchmark(("dot_ref/" + name).c_str(), BM_Dot, t, true)->Arg(256 << 10);
+        benchmark::RegisterBenchmark(("dot_ref/" + name).c_str(), BM_Dot, t, true, false)->Arg(256 << 10);
+        if (!q.vec_dot_q8) continue;
+        benchmark::RegisterBenchmark(("dot_q8/" + name).c_str(), BM_Dot, t, false, true)
+            ->Arg(256 << 10)
+            ->Arg(256 << 20);
+        benchmark::RegisterBenchmark(("dot_q8_ref/" + name).c_str(), BM_Dot, t, true, true)->Arg(256 << 10);
     }
+    benchmark::RegisterBenchmark("quantize_act/Q8_0", BM_QuantizeAct, GgmlType::Q8_0);
+    benchmark::RegisterBenchmark("quantize_act/Q8_K", BM_QuantizeAct, GgmlType::Q4_K);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "backend/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
@@ -35,7 +36,10 @@ void for_each_weight(const NodeMeta& meta, auto&& f) {
 }  // namespace
 
 CpuBackend::CpuBackend(const GgufFile& weights, int n_threads)
-    : file_(weights), pool_(std::max(1, n_threads)) {}
+    : file_(weights), pool_(std::max(1, n_threads)), int8_decode_([] {
+          const char* v = std::getenv("MINFER_INT8_DECODE");
+          return v && *v && std::string(v) != "0";
+      }()) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;
@@ -85,7 +89,7 @@ void CpuBackend::rows(int64_t nt, F&& f) {
 void CpuBackend::matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y) {
     const Weight& w = weight(m.weight);
     const float* bias = m.bias.present() ? vec(m.bias) : nullptr;
-    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_);
+    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_, int8_decode_);
 }
 
 void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {

@@ -1,5 +1,6 @@
 // The CPU backend: runs every op with the kernels in backend/cpu/, weights read straight from the
-// GGUF mapping (no copy), work split over a persistent thread pool.
+// GGUF mapping (no copy), work split over a persistent thread pool. MINFER_INT8_DECODE=1 opts into
+// llama.cpp's arithmetic for decode matmuls of quantized weights (int8 activations): faster, not exact.
 #pragma once
 #include <memory>
 #include <string>
@@ -47,6 +48,7 @@ class CpuBackend final : public Backend {
     std::unordered_map<std::string, std::vector<float>> converted_;  // non-f32 1-D weights
     std::vector<float> scratch_;                                     // per-thread attention scores
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
+    bool int8_decode_;                  // MINFER_INT8_DECODE=1: int8 activations in decode matmuls
 };
 
 }  // namespace minfer

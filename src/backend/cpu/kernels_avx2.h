@@ -9,7 +9,9 @@
 namespace minfer::cpu {
 
 // One CPU feature probe for every kernel family: the quant table's (backend/cpu/quants.h).
-inline bool cpu_has_avx2() { return quants_use_avx2(); }
+inline bool cpu_has_avx2() {
+    return quants_use_avx2();
+}
 
 namespace avx2 {
 

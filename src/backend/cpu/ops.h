@@ -12,8 +12,8 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // neox=false: adjacent pairs (x[2i], x[2i+1]); neox=true: halves (x[i], x[i + n_rot/2]).
 // theta_i = pos * base^(-2i / n_rot), angles evaluated in double.
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, bool neox);
-void silu(const float* x, float* y, int64_t n);                       // y = x * sigmoid(x)
-void swiglu(const float* g, const float* u, float* y, int64_t n);     // y = silu(g) * u
+void silu(const float* x, float* y, int64_t n);                    // y = x * sigmoid(x)
+void swiglu(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
 
@@ -21,8 +21,7 @@ void mul(const float* a, const float* b, float* y, int64_t n);
 // q: [n_head * hd] (this token), k/v: region rows [n_kv_rows][kv_stride] where head h reads kv head
 // h / (n_head / n_head_kv) at column offset (h / group) * hd; attends rows 0..n_kv_rows-1.
 // out: [n_head * hd]. scratch: at least n_kv_rows floats.
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head,
-               int64_t n_head_kv, int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale,
-               float* scratch);
+void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
+               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
 
 }  // namespace minfer::cpu

@@ -1,6 +1,6 @@
 // The quant traits table: scalar reference dequantizers, dot products (double accumulation) and
 // round-to-nearest quantizers for every type minfer computes with, and the run-time choice between them
-// and the AVX2 kernels of quants_avx2.cpp.
+// and the AVX2 kernels of quants_avx2.cpp; the int8-activation kernels come from quants_q8*.cpp.
 #include "backend/cpu/quants.h"
 
 #include <cpuid.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cpu/quants_impl.h"
 #include "util/fp16.h"
@@ -341,10 +342,37 @@ QuantTraits entry(GgmlType type, const char* name, void (*quant)(const float*, v
     return q;
 }
 
+// The int8-activation entries of a table entry: ref and SIMD versions of quantize_act and vec_dot_q8.
+struct Q8Fns {
+    VecDotType type;
+    void (*quantize_ref)(const float*, void*, int64_t);
+    void (*quantize_simd)(const float*, void*, int64_t);
+    float (*dot_ref)(const void*, const void*, int64_t);
+    float (*dot_simd)(const void*, const void*, int64_t);
+};
+
+QuantTraits with_q8(QuantTraits q, const Q8Fns& f, bool simd) {
+    q.vec_dot_type = f.type;
+    q.quantize_act_ref = f.quantize_ref;
+    q.vec_dot_q8_ref = f.dot_ref;
+    q.quantize_act = simd ? f.quantize_simd : f.quantize_ref;
+    q.vec_dot_q8 = simd ? f.dot_simd : f.dot_ref;
+    return q;
+}
+
+// Q8_0-style activations (BlockQ8A) for the 32-element types, Q8_K (BlockQ8K) for the K-quants.
+Q8Fns q8a(float (*ref)(const void*, const void*, int64_t), float (*simd)(const void*, const void*, int64_t)) {
+    return {VecDotType::Q8_0, quants::ref::quantize_q8a, quants::avx2::quantize_q8a, ref, simd};
+}
+Q8Fns q8k(float (*ref)(const void*, const void*, int64_t), float (*simd)(const void*, const void*, int64_t)) {
+    return {VecDotType::Q8_K, quants::ref::quantize_q8k, quants::avx2::quantize_q8k, ref, simd};
+}
+
 std::array<QuantTraits, 11> build_table() {
     namespace v = quants::avx2;
+    namespace r = quants::ref;
     const bool s = quants_use_avx2();
-    return {
+    std::array<QuantTraits, 11> t = {
         entry<float, 1, deq_f32>(GgmlType::F32, "F32", quant_f32, v::to_float_f32, v::dot_f32, s),
         entry<uint16_t, 1, deq_f16>(GgmlType::F16, "F16", quant_f16, v::to_float_f16, v::dot_f16, s),
         entry<uint16_t, 1, deq_bf16>(GgmlType::BF16, "BF16", quant_bf16, v::to_float_bf16, v::dot_bf16, s),
@@ -364,6 +392,20 @@ std::array<QuantTraits, 11> build_table() {
                                                      v::to_float_q5_k, v::dot_q5_k, s),
         entry<BlockQ6K, kQKK, deq_q6_k>(GgmlType::Q6_K, "Q6_K", quant_q6_k, v::to_float_q6_k, v::dot_q6_k, s),
     };
+    const std::pair<GgmlType, Q8Fns> q8[] = {
+        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0)},
+        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0)},
+        {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1)},
+        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0)},
+        {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1)},
+        {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k)},
+        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k)},
+        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k)},
+    };
+    for (const auto& [type, fns] : q8)
+        for (QuantTraits& e : t)
+            if (e.type == type) e = with_q8(e, fns, s);
+    return t;
 }
 
 }  // namespace
@@ -388,6 +430,17 @@ const QuantTraits* quant_traits(GgmlType t) {
 
 size_t quant_row_bytes(const QuantTraits& q, int64_t n) {
     return size_t(n / q.block_size) * q.type_size;
+}
+
+size_t act_row_bytes(const QuantTraits& q, int64_t n) {
+    switch (q.vec_dot_type) {
+        case VecDotType::Q8_0:
+            return size_t(n / kQK0) * sizeof(quants::BlockQ8A);
+        case VecDotType::Q8_K:
+            return size_t(n / kQKK) * sizeof(quants::BlockQ8K);
+        default:
+            return size_t(n) * sizeof(float);
+    }
 }
 
 }  // namespace minfer

@@ -1,6 +1,7 @@
 // Quant formats as a traits table (as ggml's type_traits): block layout, dequantize, dot with a float
-// vector, and a scalar quantizer. Each entry has scalar reference twins (`*_ref`) that the SIMD versions
-// are tested against; `to_float`/`dot` point at the best version this CPU supports (chosen at startup).
+// vector, a scalar quantizer, and for the quantized types an int8 path (activations quantized to int8
+// blocks, integer dot products). Each entry has scalar reference twins (`*_ref`) that the SIMD versions
+// are tested against; the plain pointers point at the best version this CPU supports (chosen at startup).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,11 @@
 #include "gguf/ggml_type.h"
 
 namespace minfer {
+
+// Activation format of a type's int8 dot (vec_dot_q8). These are minfer's own layouts with f32 scales
+// (quants_impl.h), named after the ggml blocks they follow: Q8_0 = 32 elements with a block sum, Q8_K = 256
+// elements with 16-element sums. F32: the type has no int8 dot and keeps f32 activations.
+enum class VecDotType { F32, Q8_0, Q8_K };
 
 struct QuantTraits {
     GgmlType type;
@@ -22,11 +28,21 @@ struct QuantTraits {
     float (*dot_ref)(const void* blocks, const float* x, int64_t n);
     // Scalar round-to-nearest quantizer (no search), for tests, bench/synth and writing files.
     void (*from_float_ref)(const float* x, void* blocks, int64_t n);
+
+    // int8 activations (nullptr when vec_dot_type is F32): quantize_act turns n floats into
+    // act_row_bytes(n) bytes of vec_dot_type blocks (scale = max |x| / 127, round to nearest even);
+    // vec_dot_q8 is sum_i w[i] * x[i] with x given that way, integer products summed exactly per block.
+    VecDotType vec_dot_type;
+    void (*quantize_act)(const float* x, void* xq, int64_t n);
+    float (*vec_dot_q8)(const void* blocks, const void* xq, int64_t n);
+    void (*quantize_act_ref)(const float* x, void* xq, int64_t n);
+    float (*vec_dot_q8_ref)(const void* blocks, const void* xq, int64_t n);
 };
 
 // nullptr when minfer cannot compute with `t` (callers turn that into a clear error).
 const QuantTraits* quant_traits(GgmlType t);
 size_t quant_row_bytes(const QuantTraits& q, int64_t n);  // bytes of a row of n elements
+size_t act_row_bytes(const QuantTraits& q, int64_t n);    // bytes of n activations as vec_dot_type
 
 // True when the AVX2/FMA/F16C versions were selected on this CPU.
 bool quants_use_avx2();

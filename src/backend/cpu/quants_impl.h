@@ -99,6 +99,42 @@ static inline void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
     }
 }
 
+// ---- int8 activations (minfer's own layouts, never stored in files) ----
+
+// 32-element activation block for the Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 dots: x ~ d * qs[l] with
+// qs in [-127, 127]; s = d * sum(qs) feeds the minimum term of Q4_1 / Q5_1.
+struct BlockQ8A {
+    float d;
+    float s;
+    int8_t qs[kQK0];
+};
+static_assert(sizeof(BlockQ8A) == 40);
+
+// 256-element activation block for the K-quant dots (ggml's block_q8_K): x ~ d * qs[l], qs in
+// [-127, 127]; bsums[k] = sum of qs[16k..16k+16) feeds the Q4_K/Q5_K minimum and Q6_K offset terms.
+struct BlockQ8K {
+    float d;
+    int8_t qs[kQKK];
+    int16_t bsums[kQKK / 16];
+};
+static_assert(sizeof(BlockQ8K) == 292);
+
+// Scalar references (quants_q8.cpp): activation quantizers and int8-activation dots.
+namespace ref {
+
+void quantize_q8a(const float* x, void* dst, int64_t n);
+void quantize_q8k(const float* x, void* dst, int64_t n);
+float vec_dot_q8_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_1(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_1(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_k(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_k(const void* w, const void* xq, int64_t n);
+float vec_dot_q6_k(const void* w, const void* xq, int64_t n);
+
+}  // namespace ref
+
 namespace avx2 {
 
 void to_float_f32(const void* blocks, float* dst, int64_t n);
@@ -124,6 +160,18 @@ float dot_q5_1(const void* blocks, const float* x, int64_t n);
 float dot_q4_k(const void* blocks, const float* x, int64_t n);
 float dot_q5_k(const void* blocks, const float* x, int64_t n);
 float dot_q6_k(const void* blocks, const float* x, int64_t n);
+
+// quants_q8_avx2.cpp: twins of the quants::ref functions above.
+void quantize_q8a(const float* x, void* dst, int64_t n);
+void quantize_q8k(const float* x, void* dst, int64_t n);
+float vec_dot_q8_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_1(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_0(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_1(const void* w, const void* xq, int64_t n);
+float vec_dot_q4_k(const void* w, const void* xq, int64_t n);
+float vec_dot_q5_k(const void* w, const void* xq, int64_t n);
+float vec_dot_q6_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace avx2
 }  // namespace minfer::quants

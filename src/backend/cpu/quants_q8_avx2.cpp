@@ -1,0 +1,346 @@
+// AVX2 int8-activation kernels (twins of quants_q8.cpp): activation quantizers and quantized-weight .
+// quantized-activation dots with _mm256_maddubs_epi16 (unsigned weight levels x signed activations,
+// pairs summed in 16 bits without saturation: level <= 63, |x| <= 127) and _mm256_madd_epi16. Q8_0's
+// signed levels go through the sign trick, |w| . (x * sign(w)); the 4/5-bit types dot their unsigned
+// levels and add their offset or minimum as a per-block scalar term (times the activation block sum).
+//
+// This file is compiled with -mavx2 -mfma -mf16c: it must not call inline helpers of shared headers
+// (such as util/fp16.h), whose AVX2-compiled copies the linker could hand to baseline code.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/quants_impl.h"
+
+namespace minfer::quants::avx2 {
+namespace {
+
+inline float half_to_float(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline int hsum_i32(__m128i s) {
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+inline int hsum_i32(__m256i v) {
+    return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+inline float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+inline __m256i load32(const void* p) {
+    return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// Products of 32 unsigned bytes w and signed bytes x, summed in groups of four into 8 int32 lanes.
+inline __m256i dot_u8i8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+inline __m256i dot_i8i8(__m256i w, __m256i x) {
+    return dot_u8i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+// ---- Activation quantizers: d = max |x| / 127, q = round-half-even(x * (1 / d)) as the reference ----
+
+// Levels of 32 floats with inverse scale id, as 32 bytes in element order; *sum = their sum.
+inline __m256i levels32(const float* x, __m256 id, int* sum) {
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id);
+        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    // The packs interleave 128-bit lanes; the permutation restores element order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline float abs_max(const float* x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int l = 0; l < n; l += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + l)));
+    return hmax(m);
+}
+
+inline float inverse_scale(float d) {
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+// ---- 32-element weight blocks: each decoder returns the block's 32 products with x, in int32 lanes ----
+
+// Nibble levels 0..15 in element order: low nibbles of qs[0..16) then the high nibbles.
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
+}
+
+// 0xFF in byte e where bit e of the little-endian word qh is set, else 0.
+inline __m256i bits32(const uint8_t* qh) {
+    uint32_t w;
+    std::memcpy(&w, qh, sizeof w);
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(int(w)),
+                            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // all bits but bit (e % 8)
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+}
+
+// Levels 0..31 of a Q5_0 / Q5_1 block: the nibble plus 16 where the fifth bit is set.
+inline __m256i q5_levels(const uint8_t* qs, const uint8_t* qh) {
+    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10)));
+}
+
+// Q8_0: signed levels through the sign trick. The other types dot their unsigned levels 0..15 / 0..31
+// and move the rest into the scalar minimum term: Q4_0 / Q5_0 values are d * q - 8 d / - 16 d, so their
+// offset term is -8 d_w * s_x / -16 d_w * s_x; Q4_1 / Q5_1 have m_w * s_x.
+struct Q8_0Dot {
+    using Block = BlockQ8_0;
+    static __m256i dot(const Block& b, __m256i x) { return dot_i8i8(load32(b.qs), x); }
+};
+
+struct Q4_0Dot {
+    using Block = BlockQ4_0;
+    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(nibbles32(b.qs), x); }
+    static float min(const Block& b) { return -8.0f * half_to_float(b.d); }
+};
+
+struct Q5_0Dot {
+    using Block = BlockQ5_0;
+    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(q5_levels(b.qs, b.qh), x); }
+    static float min(const Block& b) { return -16.0f * half_to_float(b.d); }
+};
+
+struct Q4_1Dot {
+    using Block = BlockQ4_1;
+    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(nibbles32(b.qs), x); }
+    static float min(const Block& b) { return half_to_float(b.m); }
+};
+
+struct Q5_1Dot {
+    using Block = BlockQ5_1;
+    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(q5_levels(b.qs, b.qh), x); }
+    static float min(const Block& b) { return half_to_float(b.m); }
+};
+
+// d_w * d_x * sum(q_w q_x) of a block into acc, its minimum term (if any) into the scalar sum.
+template <class Dec>
+inline void block32_step(const typename Dec::Block& b, const BlockQ8A& y, __m256& acc, float& summ) {
+    const __m256 p = _mm256_cvtepi32_ps(Dec::dot(b, load32(y.qs)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), p, acc);
+    if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
+}
+
+// Four independent accumulator chains (vector and scalar), blocks 4k + j into chain j.
+template <class Dec>
+float block32_vec_dot(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    const auto* y = static_cast<const BlockQ8A*>(xq);
+    const int64_t nb = n / kQK0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+           a3 = _mm256_setzero_ps();
+    float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        block32_step<Dec>(b[i], y[i], a0, m0);
+        block32_step<Dec>(b[i + 1], y[i + 1], a1, m1);
+        block32_step<Dec>(b[i + 2], y[i + 2], a2, m2);
+        block32_step<Dec>(b[i + 3], y[i + 3], a3, m3);
+    }
+    for (; i < nb; ++i) block32_step<Dec>(b[i], y[i], a0, m0);
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + ((m0 + m1) + (m2 + m3));
+}
+
+// ---- K-quants: exact integer sums per super-block, folded in as the reference does ----
+
+// 16-bit lanes all holding 16-bit element j of a vector (ggml's get_scale_shuffle_k4).
+inline __m256i broadcast_i16(__m256i v, int j) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16(int16_t((2 * j) | ((2 * j + 1) << 8))));
+}
+
+// Bit j of each byte of hb moved to bit 4 (the fifth bit of a Q5_K level), other bits cleared.
+inline __m256i fifth_bit(__m256i hb, int j) {
+    const __m256i v = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block as 16-bit lanes (see k_scale_min): bytes
+// 0..3 (4..7) hold those of sub-blocks 0..3 in their low 6 bits; sub-blocks 4..7 take their low 4 bits
+// from the nibbles of bytes 8..11 and their top 2 bits from the top of bytes 0..3 (4..7).
+inline void k_scales_mins(const uint8_t* s, __m128i* scales, __m128i* mins) {
+    uint32_t w[3];
+    std::memcpy(w, s, sizeof w);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x30303030;
+    const uint64_t sc = (w[0] & low6) | uint64_t((w[2] & low4) | ((w[0] >> 2) & top2)) << 32;
+    const uint64_t mn = (w[1] & low6) | uint64_t(((w[2] >> 4) & low4) | ((w[1] >> 2) & top2)) << 32;
+    *scales = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc)));
+    *mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mn)));
+}
+
+// sum_j m_j * (bsums[2j] + bsums[2j + 1]).
+inline int k_min_sum(__m128i mins, const int16_t* bsums) {
+    const __m256i bs = load32(bsums);
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    return hsum_i32(_mm_madd_epi16(mins, pairs));
+}
+
+// Q4_K / Q5_K: sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p..32p+32); Q5_K adds bits
+// 2p and 2p + 1 of qh as 16. Returns sum_j sc_j * sum_l q_l x_l.
+template <class Block>
+inline int k_type1_scaled_sum(const Block& b, const int8_t* x, __m128i scales128) {
+    const __m256i scales = _mm256_broadcastsi128_si256(scales128);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+        const __m256i q = load32(b.qs + 32 * p);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (std::is_same_v<Block, BlockQ5K>) {
+            const __m256i hb = load32(b.qh);
+            lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
+            hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
+        }
+        const __m256i plo = _mm256_maddubs_epi16(lo, load32(x + 64 * p));
+        const __m256i phi = _mm256_maddubs_epi16(hi, load32(x + 64 * p + 32));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * p), plo));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(broadcast_i16(scales, 2 * p + 1), phi));
+    }
+    return hsum_i32(sumi);
+}
+
+template <class Block>
+float k_type1_vec_dot(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    const auto* y = static_cast<const BlockQ8K*>(xq);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        __m128i scales, mins;
+        k_scales_mins(b[i].scales, &scales, &mins);
+        const int isum = k_type1_scaled_sum(b[i], y[i].qs, scales);
+        const int msum = k_min_sum(mins, y[i].bsums);
+        const float d = y[i].d * half_to_float(b[i].d), dmin = -y[i].d * half_to_float(b[i].dmin);
+        acc = fma1(dmin, float(msum), fma1(d, float(isum), acc));
+    }
+    return acc;
+}
+
+// Q6_K levels 0..63 of the four 32-element groups of half h (layout as walk_q6_k in quants_avx2.cpp).
+inline void q6_k_groups(const BlockQ6K& b, int h, __m256i g[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+    const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
+    g[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2));
+    g[1] = _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2));
+    g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(qh, top2));
+    g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
+}
+
+// sum_k sc_k * sum_l q_l x_l - 32 * sum_k sc_k * bsums[k] of one super-block, levels q in 0..63.
+inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const int msum = hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(y.bsums)));
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        __m256i g[4];
+        q6_k_groups(b, h, g);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            // Scales of sub-blocks 2G and 2G + 1 (G = 4h + k) over the group's 16-bit lanes 0..7, 8..15.
+            const int s = 2 * (4 * h + k);
+            const __m128i pick = _mm_set_epi64x(0x0101010101010101 * (s + 1), 0x0101010101010101 * s);
+            const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+            const __m256i p = _mm256_maddubs_epi16(g[k], load32(y.qs + 128 * h + 32 * k));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
+        }
+    }
+    return hsum_i32(sumi) - 32 * msum;
+}
+
+}  // namespace
+
+void quantize_q8a(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8A*>(dst);
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        const float d = abs_max(x, kQK0) / 127.0f;
+        int sum;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs),
+                            levels32(x, _mm256_set1_ps(inverse_scale(d)), &sum));
+        b[i].d = d;
+        b[i].s = d * float(sum);
+    }
+}
+
+void quantize_q8k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8K*>(dst);
+    for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
+        const float d = abs_max(x, kQKK) / 127.0f;
+        const __m256 id = _mm256_set1_ps(inverse_scale(d));
+        for (int c = 0; c < kQKK / 32; ++c) {
+            int sum;
+            const __m256i q = levels32(x + 32 * c, id, &sum);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs + 32 * c), q);
+            // Sums of 16 levels: byte pairs, then 16-bit pairs, then the two 64-bit halves of each lane.
+            const __m256i s4 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+            const __m256i s8 = _mm256_hadd_epi32(s4, s4);
+            const __m256i s16 = _mm256_hadd_epi32(s8, s8);
+            b[i].bsums[2 * c] = int16_t(_mm256_cvtsi256_si32(s16));
+            b[i].bsums[2 * c + 1] = int16_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(s16, 1)));
+        }
+        b[i].d = d;
+    }
+}
+
+float vec_dot_q8_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q8_0Dot>(w, xq, n);
+}
+float vec_dot_q4_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q4_0Dot>(w, xq, n);
+}
+float vec_dot_q4_1(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q4_1Dot>(w, xq, n);
+}
+float vec_dot_q5_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q5_0Dot>(w, xq, n);
+}
+float vec_dot_q5_1(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q5_1Dot>(w, xq, n);
+}
+float vec_dot_q4_k(const void* w, const void* xq, int64_t n) {
+    return k_type1_vec_dot<BlockQ4K>(w, xq, n);
+}
+float vec_dot_q5_k(const void* w, const void* xq, int64_t n) {
+    return k_type1_vec_dot<BlockQ5K>(w, xq, n);
+}
+
+float vec_dot_q6_k(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const BlockQ6K*>(w);
+    const auto* y = static_cast<const BlockQ8K*>(xq);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / kQKK; ++i)
+        acc = fma1(y[i].d * half_to_float(b[i].d), float(q6_k_sum(b[i], y[i])), acc);
+    return acc;
+}
+
+}  // namespace minfer::quants::avx2
