@@ -79,7 +79,6 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> mats;       // 2-D weights by name
     std::unordered_map<std::string, const float*> vecs;  // 1-D weights as f32
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
-    size_t weight_bytes = 0;
 
     DeviceBuffer arena, partials, scores, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
@@ -136,7 +135,6 @@ struct CudaBackend::Impl {
     uint8_t* allocate(size_t bytes) {
         owned.push_back(std::make_unique<DeviceBuffer>());
         owned.back()->reserve(bytes);
-        weight_bytes += bytes;
         return owned.back()->as<uint8_t>();
     }
     void upload_matrices(std::initializer_list<const WeightRef*> ws);
@@ -238,10 +236,6 @@ CudaBackend::CudaBackend(const Model& m) : impl_(std::make_unique<Impl>(*m.file)
 }
 
 CudaBackend::~CudaBackend() = default;
-
-size_t CudaBackend::weight_bytes() const {
-    return impl_->weight_bytes;
-}
 
 uint64_t CudaBackend::graph_launches() const {
     return impl_->launches;
@@ -554,10 +548,6 @@ void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId>
     if (!c.exec) im.run_captured(g, nodes, bufs, c);
     MINFER_CUDA_CHECK(cudaGraphLaunch(c.exec, im.stream));
     ++im.launches;
-}
-
-bool cuda_available() {
-    return cuda::device_count() > 0;
 }
 
 }  // namespace minfer

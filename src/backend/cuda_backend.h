@@ -29,7 +29,6 @@ class CudaBackend final : public Backend {
     void download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) override;
     float* host_arena(int64_t n_floats) override;  // pinned
 
-    size_t weight_bytes() const;
     uint64_t graph_launches() const;  // CUDA-graph replays so far (tests, reports)
 
     struct Impl;
@@ -37,8 +36,5 @@ class CudaBackend final : public Backend {
   private:
     std::unique_ptr<Impl> impl_;
 };
-
-// True when this build has the CUDA backend and a device is present.
-bool cuda_available();
 
 }  // namespace minfer

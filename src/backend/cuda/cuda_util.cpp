@@ -20,12 +20,4 @@ int device_count() {
     return n;
 }
 
-std::string device_description() {
-    cudaDeviceProp p{};
-    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
-    return std::string(p.name) + " (sm_" + std::to_string(p.major * 10 + p.minor) + ", " +
-           std::to_string(p.multiProcessorCount) + " SMs, " + std::to_string(p.totalGlobalMem >> 30) +
-           " GiB)";
-}
-
 }  // namespace minfer::cuda

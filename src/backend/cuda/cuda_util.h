@@ -1,6 +1,5 @@
 // Error checking and device queries shared by the CUDA kernels, the backend and the tests.
 #pragma once
-#include <string>
 
 namespace minfer::cuda {
 
@@ -9,9 +8,6 @@ void check(int status, const char* what);
 
 // Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
-
-// "NVIDIA H200 (sm_90, 132 SMs, 140 GiB)" for device 0.
-std::string device_description();
 
 }  // namespace minfer::cuda
 
