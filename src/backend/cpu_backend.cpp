@@ -1,13 +1,13 @@
 #include "backend/cpu_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "gguf/gguf.h"
 #include "sched/alloc.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
 
@@ -36,10 +36,7 @@ void for_each_weight(const NodeMeta& meta, auto&& f) {
 }  // namespace
 
 CpuBackend::CpuBackend(const GgufFile& weights, int n_threads)
-    : file_(weights), pool_(std::max(1, n_threads)), int8_decode_([] {
-          const char* v = std::getenv("MINFER_INT8_DECODE");
-          return v && *v && std::string(v) != "0";
-      }()) {}
+    : file_(weights), pool_(std::max(1, n_threads)), int8_decode_(env_flag("MINFER_INT8_DECODE")) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;

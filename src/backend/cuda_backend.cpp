@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -19,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "sched/alloc.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
 
@@ -54,11 +53,6 @@ struct DeviceBuffer {
         return static_cast<T*>(ptr);
     }
 };
-
-bool env_flag(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::strcmp(v, "0") != 0;
-}
 
 int layer_of(const Op& op) {
     return std::visit(

@@ -1,9 +1,8 @@
 #include "graph/cache.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
+#include "util/env.h"
 #include "util/error.h"
 
 namespace minfer {
@@ -35,8 +34,7 @@ bool GraphCache::tripwire_enabled() {
 #ifndef NDEBUG
     return true;
 #else
-    const char* v = std::getenv("MINFER_GRAPH_TRIPWIRE");
-    return v && *v && std::strcmp(v, "0") != 0;
+    return env_flag("MINFER_GRAPH_TRIPWIRE");
 #endif
 }
 

@@ -5,20 +5,16 @@
 #include <cmath>
 
 #include "backend/cpu/kernels_avx2.h"
+#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::cpu::avx2 {
 
 namespace {
 
+using simd::hsum;
+
 constexpr int kTileRows = 3;    // weight rows per micro-tile
 constexpr int kTileTokens = 4;  // activation rows per micro-tile: 3 x 4 accumulators + 3 + 1 = 16 registers
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 // y[t * y_stride + r] = w_r . x_t for an R x T tile, all accumulators in registers.
 template <int R, int T>

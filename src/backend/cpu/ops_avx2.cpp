@@ -6,23 +6,13 @@
 #include <cstring>
 
 #include "backend/cpu/kernels_avx2.h"
+#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::cpu::avx2 {
 
 namespace {
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-inline double hsum(__m256d v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-    return _mm_cvtsd_f64(s);
-}
+using simd::hsum;
 
 // e^x to within about 3 ulp for x in [-87, 88] (inputs are clamped there, so the 2^n scale below stays a
 // normal float). x = n ln2 + r with |r| <= ln2/2; ln2 split in two (Cody-Waite) so n ln2 is exact enough;

@@ -11,20 +11,13 @@
 #include <type_traits>
 
 #include "backend/cpu/quants_impl.h"
+#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::quants::avx2 {
 namespace {
 
-inline float half_to_float(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd::half_to_float;
+using simd::hsum;
 
 inline __m256i u8x8(const uint8_t* p) {  // 8 bytes zero-extended to 32-bit lanes
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

@@ -12,23 +12,16 @@
 #include <type_traits>
 
 #include "backend/cpu/quants_impl.h"
+#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::quants::avx2 {
 namespace {
 
-inline float half_to_float(uint16_t h) {
-    return _cvtsh_ss(h);
-}
+using simd::half_to_float;
+using simd::hsum;
 
 inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 inline int hsum_i32(__m128i s) {
