@@ -1,6 +1,5 @@
 #include "backend/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/quants.h"
+#include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
@@ -29,7 +29,7 @@ namespace {
 
 void blas_check(cublasStatus_t st, const char* what) {
     if (st != CUBLAS_STATUS_SUCCESS)
-        throw Error(std::string("cuBLAS error in ") + what + ": " + cublasGetStatusString(st));
+        throw Error(std::string("cuBLAS error in ") + what + ": " + cuda::cublas().status_string(st));
 }
 
 // One device allocation, freed with its owner.
@@ -106,7 +106,7 @@ struct CudaBackend::Impl {
             if (e) cudaEventDestroy(e);
         drop_graphs();
         cudaFreeHost(pinned);
-        if (blas) cublasDestroy(blas);
+        if (blas) cuda::cublas().destroy(blas);
         if (stream) cudaStreamDestroy(stream);
     }
     void drop_graphs() {
@@ -221,10 +221,10 @@ void CudaBackend::Impl::upload_all(const Model& m) {
 CudaBackend::CudaBackend(const Model& m) : impl_(std::make_unique<Impl>(*m.file)) {
     if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
     MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
-    blas_check(cublasCreate(&impl_->blas), "cublasCreate");
-    blas_check(cublasSetStream(impl_->blas, impl_->stream), "cublasSetStream");
+    blas_check(cuda::cublas().create(&impl_->blas), "cublasCreate");
+    blas_check(cuda::cublas().set_stream(impl_->blas, impl_->stream), "cublasSetStream");
     impl_->blas_ws.reserve(size_t(32) << 20);  // a fixed workspace: no allocation inside captures
-    blas_check(cublasSetWorkspace(impl_->blas, impl_->blas_ws.ptr, impl_->blas_ws.bytes),
+    blas_check(cuda::cublas().set_workspace(impl_->blas, impl_->blas_ws.ptr, impl_->blas_ws.bytes),
                "cublasSetWorkspace");
     impl_->upload_all(m);
 }
@@ -325,8 +325,8 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
     const float one = 1.0f, zero = 0.0f;
     const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
     if (w.type == GgmlType::F32) {
-        blas_check(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one,
-                               static_cast<const float*>(w.data), k, x, k, &zero, y, m),
+        blas_check(cuda::cublas().sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one,
+                                        static_cast<const float*>(w.data), k, x, k, &zero, y, m),
                    "cublasSgemm");
         return;
     }
@@ -336,9 +336,9 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
     cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
     for (void* part : {hi, lo}) {
         if (!part) continue;
-        blas_check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, gemm_w.ptr, CUDA_R_16F, k,
-                                part, CUDA_R_16F, k, part == hi ? &zero : &one, y, CUDA_R_32F, m,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        blas_check(cuda::cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, gemm_w.ptr,
+                                          CUDA_R_16F, k, part, CUDA_R_16F, k, part == hi ? &zero : &one, y,
+                                          CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx");
     }
 }
@@ -395,17 +395,17 @@ void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, co
     const float zero = 0.0f, one = 1.0f;
     float* s = scores.as<float>();
     for (int64_t j = 0; j < m.n_head_kv; ++j)
-        blas_check(cublasSgemmStridedBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd),
-                                             &m.scale, r.k + j * hd, int(r.n_embd), 0,
-                                             dev(n.src[0]) + j * group * hd, int(q_stride), hd, &zero,
-                                             s + j * group * nt * n_kv, int(n_kv), nt * n_kv, int(group)),
+        blas_check(cuda::cublas().sgemm_strided_batched(
+                       blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd), &m.scale, r.k + j * hd,
+                       int(r.n_embd), 0, dev(n.src[0]) + j * group * hd, int(q_stride), hd, &zero,
+                       s + j * group * nt * n_kv, int(n_kv), nt * n_kv, int(group)),
                    "attention scores");
     cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream);
     for (int64_t j = 0; j < m.n_head_kv; ++j)
-        blas_check(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv),
-                                             &one, r.v + j * hd, int(r.n_embd), 0, s + j * group * nt * n_kv,
-                                             int(n_kv), nt * n_kv, &zero, dev(n.id) + j * group * hd,
-                                             int(out_stride), hd, int(group)),
+        blas_check(cuda::cublas().sgemm_strided_batched(
+                       blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv), &one, r.v + j * hd,
+                       int(r.n_embd), 0, s + j * group * nt * n_kv, int(n_kv), nt * n_kv, &zero,
+                       dev(n.id) + j * group * hd, int(out_stride), hd, int(group)),
                    "attention values");
 }
 
