@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmarks, meant for a machine with an NVIDIA GPU and no llama.cpp (the device machine): writes
 # full-size random models with minfer-synth, then runs `minfer bench --device cuda` on each and prints
-# one markdown table. Usage: BIN=build bench/cuda-bench.sh [PRESET:TYPE ...]
+# one markdown table, then the per-kernel-class matvec bandwidth (bench_cuda_matvec, when built with
+# -DMINFER_BENCH=ON). Usage: BIN=build bench/cuda-bench.sh [PRESET:TYPE ...]
 # (default: qwen2.5-0.5b:Q4_K_M qwen2.5-0.5b:Q8_0 qwen2.5-0.5b:F16 qwen2.5-7b:Q4_K_M)
 # Env: BIN (folder holding minfer and minfer-synth, default build), R (repetitions, default 3),
 #      P / N (prompt and generated tokens, default 512 / 128), DIR (scratch folder, default /tmp/minfer-bench).
@@ -27,3 +28,4 @@ print(f"| {preset} | {typ} | {size / 2**30:.2f} | {pp['mean']:.0f} ± {pp['sd']:
       f"| {tg['mean'] * size / 1e9:.0f} |")
 PY
 done
+if [ -x "$BIN/bench_cuda_matvec" ]; then echo; "$BIN/bench_cuda_matvec"; fi

@@ -1,0 +1,130 @@
+// Decode matrix-vector throughput on the GPU, per weight type and layer shape, with cold caches: each
+// timed call reads a different copy of the matrix, and the copies together exceed the L2 cache. Prints
+// the weight bytes streamed per second and its fraction of the device-to-device copy bandwidth measured
+// in the same run (read + write bytes / time), the practical ceiling of a streaming kernel.
+//
+//   bench_cuda_matvec [iterations]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quants.h"
+#include "backend/cuda/quant_cuda.h"
+
+namespace {
+
+using namespace minfer;
+
+void check(cudaError_t e) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
+        std::exit(1);
+    }
+}
+
+struct Shape {
+    const char* name;
+    int64_t n_in, n_out;
+    bool swiglu;
+};
+
+// Qwen2.5-7B's decode matrices (FusedQKV, O, FusedFFN gate|up, down, lm_head) and Qwen2.5-0.5B's FFN.
+const Shape kShapes[] = {{"7b.qkv", 3584, 4608, false},       {"7b.o", 3584, 3584, false},
+                         {"7b.gate_up", 3584, 18944, true},   {"7b.down", 18944, 3584, false},
+                         {"7b.lm_head", 3584, 152064, false}, {"0.5b.gate_up", 896, 4864, true},
+                         {"0.5b.down", 4864, 896, false}};
+
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                           GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F16};
+
+// n_out rows of valid blocks: 64 rows quantized from random floats, repeated.
+std::vector<uint8_t> host_matrix(GgmlType t, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+    const QuantTraits& q = *quant_traits(t);
+    const size_t row = quant_row_bytes(q, n_in);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    std::vector<float> src(size_t(64 * n_in));
+    for (float& v : src) v = dist(rng);
+    std::vector<uint8_t> tile(row * 64), out(row * size_t(n_out));
+    q.from_float_ref(src.data(), tile.data(), 64 * n_in);
+    for (int64_t r = 0; r < n_out; ++r)
+        std::copy_n(tile.data() + row * size_t(r % 64), row, out.data() + row * r);
+    return out;
+}
+
+double copy_bandwidth(cudaStream_t s) {
+    const size_t n = size_t(1) << 30;
+    void *a, *b;
+    check(cudaMalloc(&a, n));
+    check(cudaMalloc(&b, n));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < 10; ++i) check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaFree(a), cudaFree(b);
+    return 2.0 * 10 * double(n) / (ms * 1e-3);
+}
+
+void bench(const Shape& sh, GgmlType t, int iters, double peak, cudaStream_t s, std::mt19937& rng) {
+    const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
+    const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(host.size()) * parts;
+    const int copies = int(std::max<int64_t>(2, (int64_t(512) << 20) / bytes + 1));
+    std::vector<uint8_t*> mats(size_t(copies * parts));
+    for (auto& m : mats) {
+        check(cudaMalloc(&m, host.size()));
+        check(cudaMemcpy(m, host.data(), host.size(), cudaMemcpyHostToDevice));
+    }
+    float *x, *y;
+    std::vector<float> hx(size_t(sh.n_in));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : hx) v = dist(rng);
+    check(cudaMalloc(&x, hx.size() * 4));
+    check(cudaMalloc(&y, size_t(sh.n_out) * 4));
+    check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    const auto call = [&](int i) {
+        const int c = i % copies;
+        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out};
+        if (sh.swiglu)
+            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out}, x, 1, y, s);
+        else
+            cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
+    };
+    for (int i = 0; i < copies; ++i) call(i);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < iters; ++i) call(i);
+    cudaEventRecord(e1, s);
+    check(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
+    std::printf("| %-13s | %-5s | %8.2f | %7.0f | %5.2f |\n", sh.name, quant_traits(t)->name, us, gbs,
+                gbs * 1e9 / peak);
+    for (auto& m : mats) cudaFree(m);
+    cudaFree(x), cudaFree(y);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int iters = argc > 1 ? std::atoi(argv[1]) : 200;
+    cudaStream_t s;
+    check(cudaStreamCreate(&s));
+    const double peak = copy_bandwidth(s);
+    std::printf("device-to-device copy bandwidth: %.0f GB/s\n\n", peak / 1e9);
+    std::printf("| shape | type | us/call | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
+    std::mt19937 rng(7);
+    for (const Shape& sh : kShapes)
+        for (GgmlType t : kTypes)
+            if (sh.n_in % quant_traits(t)->block_size == 0) bench(sh, t, iters, peak, s, rng);
+    return 0;
+}
