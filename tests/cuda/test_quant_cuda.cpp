@@ -217,6 +217,19 @@ TEST_P(CudaQuant, MatvecSwigluMatchesReference) {
         }
 }
 
+// Tall matrices: the one-token layouts with two and four rows per warp group, which the kernels pick
+// only when those still fill the GPU (small matrices above run one row, or one gate/up pair, per group).
+TEST_P(CudaQuant, MatvecTallMatrices) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(31 + int(GetParam()));
+    for (int64_t n_out : {int64_t(9001), int64_t(40001)}) {
+        check_matvec(quantized_matrix(GetParam(), n_out, 256, rng), rng);
+        if (HasFatalFailure()) return;
+    }
+    const HostMatrix gate = quantized_matrix(GetParam(), 9001, 256, rng);
+    check_swiglu(gate, quantized_matrix(GetParam(), 9001, 256, rng), rng);
+}
+
 TEST_P(CudaQuant, DequantBitExact) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(5 + int(GetParam()));

@@ -1,8 +1,8 @@
 // Decode matrix-vector products straight from the GGUF block layouts: matvec (y = W x + bias + res) and
 // matvec_swiglu (silu(gate x) * (up x)) for up to kMaxMatvecTokens tokens at once.
 //
-// A group of `split` warps (1 to 8, chosen so that the GPU is filled) computes R weight rows: R = 4 for up
-// to 2 tokens, else 2; for swiglu, half gate rows and half the same rows of up. The warps split each row's
+// A group of `split` warps (1 to 8) computes R weight rows (4, 2 or 1, see choose_layout); for swiglu,
+// half gate rows and half the same rows of up. The warps split each row's
 // blocks between them and the lanes of a warp split each block (see quant_blocks.cuh), so consecutive
 // lanes read consecutive weight bytes. Every weight is read once and dequantized exactly in registers, and
 // each x load serves all R rows; per token, each lane accumulates in f32, then a warp shuffle and a
@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/quant_blocks.cuh"
@@ -21,7 +22,7 @@ namespace {
 using namespace qblocks;
 
 constexpr int kWarps = 8;
-constexpr int kMaxRows = 4;  // weight rows per thread block: 4 for up to 2 tokens, else 2
+constexpr int kMaxRows = 4;  // weight rows per warp group
 
 struct MatvecArgs {
     const uint8_t* w[2];  // W, or gate and up
@@ -145,28 +146,67 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
     a.y[t * a.n_out + r] = v;
 }
 
-// Warps per row group. One token: more while the GPU would hold too few warps (about 132 SMs x 32) and
-// each warp keeps at least two steps of work. More tokens: as many as have a step of work each, so that
-// the warps of a thread block walk through x together (x of 8 tokens outgrows the L1 cache).
-int choose_split(int64_t groups, int64_t steps_per_row, int nt) {
-    int split = 1;
+// Warps that fill the GPU: 32 per SM.
+int64_t gpu_warps() {
+    static const int64_t n = [] {
+        int dev = 0, sms = 0;
+        MINFER_CUDA_CHECK(cudaGetDevice(&dev));
+        MINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        return int64_t(sms) * 32;
+    }();
+    return n;
+}
+
+// Rows per warp group (R) and warps per group (split).
+struct Layout {
+    int rows, split;
+};
+
+// More than two tokens: R = 2 and as many warps as have a step of work each, so that the warps of a
+// thread block walk through x together (x of 8 tokens outgrows the L1 cache). One or two tokens: the
+// most rows per group that still fill the GPU (each x load serves all of them), each row split between
+// up to 8 warps while every warp keeps two steps. A small matrix thus gets one row per group (one
+// token; swiglu needs two) and many short warps, which wait on their first loads together instead of
+// a few warps walking long chains of dependent steps.
+Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu) {
+    const auto fill = [&](int rows) {
+        const int out = swiglu ? rows / 2 : rows;  // output rows per group
+        const int64_t groups = (n_out + out - 1) / out;
+        int split = 1;
+        while (split < kWarps && groups * split < gpu_warps() && steps_per_row >= 2 * split) split *= 2;
+        return std::pair{groups * split >= gpu_warps(), Layout{rows, split}};
+    };
     if (nt > 2) {
+        int split = 1;
         while (split < kWarps && steps_per_row >= 2 * split) split *= 2;
-    } else {
-        while (split < kWarps && groups * split < 132 * 32 && steps_per_row >= 4 * split) split *= 2;
+        return {2, split};
     }
-    return split;
+    const int smallest = nt == 2 ? kMaxRows : swiglu ? 2 : 1;
+    for (int rows = kMaxRows; rows > smallest; rows /= 2)
+        if (auto [full, layout] = fill(rows); full) return layout;
+    return fill(smallest).second;
+}
+
+template <class D, int NT, int R, bool kSwiglu>
+void launch_rows(MatvecArgs a, Stream s) {
+    constexpr int kOut = kSwiglu ? R / 2 : R;
+    const int64_t groups = (a.n_out + kOut - 1) / kOut;
+    const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
+    matvec_kernel<D, NT, R, kSwiglu><<<unsigned(grid), kWarps * 32, 0, s>>>(a);
+    MINFER_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class D, int NT, bool kSwiglu>
 void launch_nt(MatvecArgs a, Stream s) {
-    constexpr int R = NT <= 2 ? kMaxRows : 2;
-    constexpr int kOut = kSwiglu ? R / 2 : R;
-    const int64_t groups = (a.n_out + kOut - 1) / kOut;
-    a.split = choose_split(groups, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT);
-    const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
-    matvec_kernel<D, NT, R, kSwiglu><<<unsigned(grid), kWarps * 32, 0, s>>>(a);
-    MINFER_CUDA_CHECK(cudaGetLastError());
+    const Layout l = choose_layout(a.n_out, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT, kSwiglu);
+    a.split = l.split;
+    if constexpr (NT > 2) return launch_rows<D, NT, 2, kSwiglu>(a, s);
+    if constexpr (NT == 1) {
+        if (l.rows == 2) return launch_rows<D, NT, 2, kSwiglu>(a, s);
+        if constexpr (!kSwiglu)
+            if (l.rows == 1) return launch_rows<D, NT, 1, kSwiglu>(a, s);
+    }
+    launch_rows<D, NT, kMaxRows, kSwiglu>(a, s);
 }
 
 template <class D, bool kSwiglu>
