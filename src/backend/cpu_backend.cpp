@@ -33,10 +33,17 @@ void for_each_weight(const NodeMeta& meta, auto&& f) {
                meta);
 }
 
+// MINFER_EXACT_DECODE=1: f32 decode dots; MINFER_INT8_DECODE=1: plain int8; otherwise int8x2.
+cpu::DecodeDot decode_dot_from_env() {
+    if (env_flag("MINFER_EXACT_DECODE")) return cpu::DecodeDot::F32;
+    if (env_flag("MINFER_INT8_DECODE")) return cpu::DecodeDot::Int8;
+    return cpu::DecodeDot::Int8x2;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const GgufFile& weights, int n_threads)
-    : file_(weights), pool_(std::max(1, n_threads)), int8_decode_(env_flag("MINFER_INT8_DECODE")) {}
+    : file_(weights), pool_(std::max(1, n_threads)), decode_(decode_dot_from_env()) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;
@@ -86,7 +93,7 @@ void CpuBackend::rows(int64_t nt, F&& f) {
 void CpuBackend::matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y) {
     const Weight& w = weight(m.weight);
     const float* bias = m.bias.present() ? vec(m.bias) : nullptr;
-    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_, int8_decode_);
+    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_, decode_);
 }
 
 void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {

@@ -1,6 +1,7 @@
 // The CPU backend: runs every op with the kernels in backend/cpu/, weights read straight from the
-// GGUF mapping (no copy), work split over a persistent thread pool. MINFER_INT8_DECODE=1 opts into
-// llama.cpp's arithmetic for decode matmuls of quantized weights (int8 activations): faster, not exact.
+// GGUF mapping (no copy), work split over a persistent thread pool. Decode matmuls of quantized weights
+// use int8x2 activations (cpu::DecodeDot); MINFER_EXACT_DECODE=1 forces the f32 dots and
+// MINFER_INT8_DECODE=1 llama.cpp's plain int8 arithmetic (faster, not exact).
 #pragma once
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/threadpool.h"
 
@@ -48,7 +50,7 @@ class CpuBackend final : public Backend {
     std::unordered_map<std::string, std::vector<float>> converted_;  // non-f32 1-D weights
     std::vector<float> scratch_;                                     // per-thread attention scores
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
-    bool int8_decode_;                  // MINFER_INT8_DECODE=1: int8 activations in decode matmuls
+    cpu::DecodeDot decode_;             // decode matmul dots (MINFER_EXACT_DECODE / MINFER_INT8_DECODE)
 };
 
 }  // namespace minfer

@@ -1,5 +1,5 @@
-// matmul (threaded; int8 activations + int8 dot, or f32 quant dot / dequantize + AVX2 tile) against
-// matmul_ref (scalar dequantize, double accumulation) for every quant type the traits table provides.
+// matmul (threaded; int8 or int8x2 activations + integer dots, or f32 quant dot / dequantize + AVX2 tile)
+// against matmul_ref (scalar dequantize, double accumulation) for every quant type the traits table provides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,37 +65,46 @@ void check_against_ref(const Problem& p, const std::vector<float>& y, const std:
     }
 }
 
-// Decode (nt == 1) with an int8 type quantizes the activation row once (blocks of 32 or 256, step
-// d = max |x| / 127) and runs vec_dot_q8 per output: bit for bit what q.quantize_act + q.vec_dot_q8 +
-// bias give.
-void check_int8_plumbing(const QuantTraits& q, const Problem& p, const std::vector<float>& y,
-                         const float* bias) {
-    const size_t rb = quant_row_bytes(q, p.n_in), xrb = act_row_bytes(q, p.n_in);
+// Decode (nt == 1) with an integer-dot type quantizes the activation row once (int8: blocks of 32 or
+// 256, step d = max |x| / 127; int8x2: blocks of 32, two levels) and runs the dot per output: bit for bit
+// what the traits' quantizer + dot + bias give.
+void check_int_plumbing(const QuantTraits& q, DecodeDot mode, const Problem& p, const std::vector<float>& y,
+                        const float* bias) {
+    const bool x2 = mode == DecodeDot::Int8x2;
+    const size_t rb = quant_row_bytes(q, p.n_in),
+                 xrb = x2 ? act_x2_row_bytes(p.n_in) : act_row_bytes(q, p.n_in);
+    const auto quantize = x2 ? q.quantize_x2 : q.quantize_act;
+    const auto dot = x2 ? q.vec_dot_x2 : q.vec_dot_q8;
     std::vector<uint8_t> xq(xrb);
     for (int64_t t = 0; t < p.nt; ++t) {
-        q.quantize_act(&p.x[size_t(t * p.n_in)], xq.data(), p.n_in);
+        quantize(&p.x[size_t(t * p.n_in)], xq.data(), p.n_in);
         for (int64_t o = 0; o < p.n_out; ++o) {
-            const float want =
-                q.vec_dot_q8(&p.w[size_t(o) * rb], xq.data(), p.n_in) + (bias ? bias[o] : 0.0f);
+            const float want = dot(&p.w[size_t(o) * rb], xq.data(), p.n_in) + (bias ? bias[o] : 0.0f);
             ASSERT_EQ(y[size_t(t * p.n_out + o)], want) << "t=" << t << " o=" << o;
         }
     }
 }
 
-// The int8 path against matmul_ref: rounding activation x_i moves it by at most d_i / 2; the kernels
-// multiply it by the weight's scale and minimum terms separately, each at most |w| + one step <= 2 wmax
-// in magnitude for these uniform weights (wmax = the row's largest |w|), so 4 wmax per element bounds
-// both the activation error and the magnitudes whose f32 roundings the sum sees.
-void check_int8_against_ref(const QuantTraits& q, const Problem& p, const std::vector<float>& y,
-                            const std::vector<float>& want, bool with_bias) {
-    const int64_t blk = q.vec_dot_type == VecDotType::Q8_K ? 256 : 32;
+// The integer paths against matmul_ref. int8: rounding activation x_i moves it by at most d_i / 2; the
+// kernels multiply it by the weight's scale and minimum terms separately, each at most |w| + one step
+// <= 2 wmax in magnitude for these uniform weights (wmax = the row's largest |w|), so 4 wmax per element
+// bounds both the activation error and the magnitudes whose f32 roundings the sum sees. int8x2: x_i
+// moves by at most d / 2 = max |x| / 64516 over its block of 32 (up to 2^-21 relative roundings of the
+// residual), and the minimum terms see the same represented values, so one wmax bounds the weight it
+// meets; roundings as for int8.
+void check_int_against_ref(const QuantTraits& q, DecodeDot mode, const Problem& p,
+                           const std::vector<float>& y, const std::vector<float>& want, bool with_bias) {
+    const bool x2 = mode == DecodeDot::Int8x2;
+    const int64_t blk = !x2 && q.vec_dot_type == VecDotType::Q8_K ? 256 : 32;
+    // Half a step per unit of the block's max |x| (times 4 wmax below), and the slack of its roundings.
+    const double half_step = x2 ? 0.25 / (2.0 * 127.0 * 254.0) : 1.0 / 254.0, slack = x2 ? 1e-3 : 1e-5;
     for (int64_t t = 0; t < p.nt; ++t) {
         const float* x = &p.x[size_t(t * p.n_in)];
         double half_steps = 0.0, sum_abs_x = 0.0;
         for (int64_t b = 0; b < p.n_in; b += blk) {
             float amax = 0.0f;
             for (int64_t i = b; i < b + blk; ++i) amax = std::max(amax, std::fabs(x[i]));
-            half_steps += double(blk) * amax / 254.0;
+            half_steps += double(blk) * amax * half_step;
         }
         for (int64_t i = 0; i < p.n_in; ++i) sum_abs_x += std::fabs(x[i]);
         for (int64_t o = 0; o < p.n_out; ++o) {
@@ -103,7 +112,7 @@ void check_int8_against_ref(const QuantTraits& q, const Problem& p, const std::v
             for (int64_t i = 0; i < p.n_in; ++i)
                 wmax = std::max(wmax, std::fabs(double(p.w_ref[size_t(o * p.n_in + i)])));
             const double budget =
-                4.0 * wmax * (half_steps * (1.0 + 1e-5) + double(p.n_in + 16) * kU * sum_abs_x) +
+                4.0 * wmax * (half_steps * (1.0 + slack) + double(p.n_in + 16) * kU * sum_abs_x) +
                 (with_bias ? kU * std::fabs(p.bias[size_t(o)]) : 0.0);
             const size_t i = size_t(t * p.n_out + o);
             ASSERT_LE(std::fabs(double(y[i]) - double(want[i])), budget)
@@ -124,14 +133,17 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
                     const float* bias = with_bias ? p.bias.data() : nullptr;
                     std::vector<float> want(static_cast<size_t>(nt * n_out)), first;
                     matmul_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
-                    for (bool int8 : {false, true}) {
+                    for (DecodeDot mode : {DecodeDot::F32, DecodeDot::Int8, DecodeDot::Int8x2}) {
                         first.clear();
                         for (auto& pool : pools) {
                             std::vector<float> y(want.size(), NAN);
-                            matmul(q, p.w.data(), n_in, n_out, p.x.data(), nt, y.data(), bias, *pool, int8);
-                            if (int8 && q.vec_dot_q8 && nt == 1) {
-                                check_int8_plumbing(q, p, y, bias);
-                                check_int8_against_ref(q, p, y, want, with_bias);
+                            matmul(q, p.w.data(), n_in, n_out, p.x.data(), nt, y.data(), bias, *pool, mode);
+                            const bool integer = mode == DecodeDot::Int8
+                                                     ? q.vec_dot_q8 != nullptr
+                                                     : mode == DecodeDot::Int8x2 && q.vec_dot_x2 != nullptr;
+                            if (integer && nt == 1) {
+                                check_int_plumbing(q, mode, p, y, bias);
+                                check_int_against_ref(q, mode, p, y, want, with_bias);
                             } else {
                                 check_against_ref(p, y, want, with_bias);
                             }

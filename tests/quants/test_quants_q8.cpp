@@ -10,89 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "quant_test_util.h"
+#include "act_test_util.h"
 
 namespace minfer::test {
 namespace {
 
-using quants::BlockQ4_1;
-using quants::BlockQ4K;
-using quants::BlockQ8A;
-using quants::BlockQ8K;
-
-constexpr double kU = 0x1p-24;  // f32 unit roundoff
-
-const GgmlType kInt8Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                               GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
 class Int8Type : public ::testing::TestWithParam<GgmlType> {};
-
-std::string type_name(const ::testing::TestParamInfo<GgmlType>& info) {
-    return traits(info.param).name;
-}
-
-bool k_quant(GgmlType t) {
-    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
-}
-
-// Gaussian activations with some blocks of other shapes: zero, constant, tiny, huge, one outlier, and
-// values exactly halfway between two levels (round half to even).
-std::vector<float> activations(std::mt19937& rng, int64_t n) {
-    std::vector<float> x = gaussian(rng, n);
-    const auto fill = [&](int64_t b, auto f) {
-        for (int64_t i = 32 * b; i < std::min(n, 32 * b + 32); ++i) x[size_t(i)] = f(i);
-    };
-    if (n >= 8 * 32) {
-        fill(1, [](int64_t) { return 0.0f; });
-        fill(2, [](int64_t) { return -0.75f; });
-        fill(3, [&](int64_t i) { return x[size_t(i)] * 1e-6f; });
-        fill(4, [&](int64_t i) { return x[size_t(i)] * 1e4f; });
-        fill(5, [&](int64_t i) { return i % 32 == 7 ? 50.0f : x[size_t(i)]; });
-        fill(6, [](int64_t i) { return i % 32 == 0 ? 127.0f : float(i % 32) - 0.5f; });
-    }
-    return x;
-}
-
-// The dequantized activations d * q and their scales d, element by element.
-void dequantize_act(const QuantTraits& q, const uint8_t* xq, int64_t n, float* xd, float* d) {
-    for (int64_t i = 0; i < n; ++i) {
-        if (q.vec_dot_type == VecDotType::Q8_K) {
-            const auto& b = reinterpret_cast<const BlockQ8K*>(xq)[i / 256];
-            d[i] = b.d, xd[i] = b.d * float(b.qs[i % 256]);
-        } else {
-            const auto& b = reinterpret_cast<const BlockQ8A*>(xq)[i / 32];
-            d[i] = b.d, xd[i] = b.d * float(b.qs[i % 32]);
-        }
-    }
-}
-
-// mu[i]: the minimum term of element i's weight (value = d * q + mu with unsigned q; Q4_0 / Q5_0 are
-// d * q - 8 d / - 16 d); 0 for Q8_0 and Q6_K. The kernels sum the d * q and mu terms separately, so
-// |w - mu| + |mu| bounds what their roundings see.
-std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* row, int64_t n) {
-    std::vector<float> mu(size_t(n), 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* blk = row + size_t(i / q.block_size) * q.type_size;
-        if (q.type == GgmlType::Q4_0 || q.type == GgmlType::Q5_0) {  // value d * (q - 8) or d * (q - 16)
-            const float d = fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-            mu[size_t(i)] = (q.type == GgmlType::Q4_0 ? -8.0f : -16.0f) * d;
-        } else if (q.type == GgmlType::Q4_1 || q.type == GgmlType::Q5_1) {  // d, m lead both layouts
-            mu[size_t(i)] = fp16_to_f32(reinterpret_cast<const BlockQ4_1*>(blk)->m);
-        } else if (q.type == GgmlType::Q4_K || q.type == GgmlType::Q5_K) {
-            const auto& b = *reinterpret_cast<const BlockQ4K*>(blk);
-            int sc, m;
-            quants::k_scale_min(b.scales, int(i % 256) / 32, &sc, &m);
-            mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(m);
-        }
-    }
-    return mu;
-}
-
-std::vector<int64_t> lengths(const QuantTraits& q) {
-    std::vector<int64_t> out;
-    for (int64_t blocks : {1, 2, 3, 5, 16, 33}) out.push_back(blocks * q.block_size);
-    return out;
-}
 
 TEST(Int8Act, TableEntries) {
     for (GgmlType t : kAllQuantTypes) {

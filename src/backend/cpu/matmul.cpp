@@ -58,20 +58,22 @@ void tiled_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
     }
 }
 
-// Decode (one activation row) for types with an int8 dot: x quantized once into the calling thread's
+using QuantizeFn = void (*)(const float*, void*, int64_t);
+using VecDotFn = float (*)(const void*, const void*, int64_t);
+
+// Decode (one activation row) for types with integer dots: x quantized once into the calling thread's
 // buffer (it only grows, so decode steps after the first allocate nothing), then rows [o0, o1) of W
 // dotted with it by each thread.
-const uint8_t* quantize_activation(const QuantTraits& q, const float* x, int64_t n_in) {
+const uint8_t* quantize_activation(QuantizeFn quantize, size_t bytes, const float* x, int64_t n_in) {
     thread_local std::vector<uint8_t> buf;
-    const size_t bytes = act_row_bytes(q, n_in);
     if (buf.size() < bytes) buf.resize(bytes);
-    q.quantize_act(x, buf.data(), n_in);
+    quantize(x, buf.data(), n_in);
     return buf.data();
 }
 
-void q8_rows(const MatmulArgs& a, const uint8_t* xq, int64_t o0, int64_t o1) {
+void int_rows(const MatmulArgs& a, VecDotFn dot, const uint8_t* xq, int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o)
-        a.y[o] = a.q.vec_dot_q8(a.w + size_t(o) * a.row_bytes, xq, a.n_in) + (a.bias ? a.bias[o] : 0.0f);
+        a.y[o] = dot(a.w + size_t(o) * a.row_bytes, xq, a.n_in) + (a.bias ? a.bias[o] : 0.0f);
 }
 
 void check_row_length(const QuantTraits& q, int64_t n_in) {
@@ -83,13 +85,17 @@ void check_row_length(const QuantTraits& q, int64_t n_in) {
 }  // namespace
 
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
-            float* y, const float* bias, ThreadPool& pool, bool int8_decode) {
+            float* y, const float* bias, ThreadPool& pool, DecodeDot decode) {
     check_row_length(q, n_in);
     const auto* wb = static_cast<const uint8_t*>(w);
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
-    if (int8_decode && nt == 1 && q.vec_dot_q8) {
-        const uint8_t* xq = quantize_activation(q, x, n_in);
-        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { q8_rows(a, xq, o0, o1); });
+    const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
+               x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
+    if (nt == 1 && (int8 || x2)) {
+        const uint8_t* xq = int8 ? quantize_activation(q.quantize_act, act_row_bytes(q, n_in), x, n_in)
+                                 : quantize_activation(q.quantize_x2, act_x2_row_bytes(n_in), x, n_in);
+        const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
+        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
     } else if (nt > 1 && cpu_has_avx2()) {
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { tiled_rows(a, o0, o1); });
     } else {

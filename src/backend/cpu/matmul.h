@@ -1,10 +1,8 @@
 // Quantized-weight matrix multiply on the CPU: Y[t][o] = sum_i W[o][i] * X[t][i] (+ bias[o]).
 // W is row-major [n_out][n_in] in the blocks of `q` (straight from the GGUF mapping, no copy);
 // X is [nt][n_in] f32, Y is [nt][n_out] f32. Rows of W are split across the pool's threads.
-// Activations stay f32 (weights dequantized in registers; prefill against a register-blocked f32 tile).
-// With int8_decode, decode (nt == 1) of a type with an int8 dot (q.vec_dot_q8) quantizes x once to
-// int8 blocks and runs the integer dot per row, as llama.cpp does: faster, but no longer within the
-// golden tests' exactness (the embedded model's greedy reference diverges), so it is opt-in.
+// Prefill keeps f32 activations (weights dequantized against a register-blocked f32 tile); decode
+// (nt == 1) of a type with integer dots runs the DecodeDot chosen, other types the f32 quant dot.
 #pragma once
 #include <cstdint>
 
@@ -13,8 +11,15 @@
 
 namespace minfer::cpu {
 
+// How decode dots a quantized row with x: F32 dequantizes the weights in registers against f32 x (f32
+// rounding only); Int8 quantizes x once to int8 blocks and runs integer dots per row, as llama.cpp does
+// (activation error up to 1/254 of each block's max |x|: the golden references diverge); Int8x2 quantizes
+// x once to two int8 levels per element (q.quantize_x2) and runs two integer dots per block (error up to
+// 1/64516 of the block max |x|).
+enum class DecodeDot { F32, Int8, Int8x2 };
+
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
-            float* y, const float* bias, ThreadPool& pool, bool int8_decode = false);
+            float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32);
 
 // Scalar reference twin (dequantize with to_float_ref, double accumulation), single-threaded.
 void matmul_ref(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,

@@ -342,13 +342,15 @@ QuantTraits entry(GgmlType type, const char* name, void (*quant)(const float*, v
     return q;
 }
 
-// The int8-activation entries of a table entry: ref and SIMD versions of quantize_act and vec_dot_q8.
+using VecDotFn = float (*)(const void*, const void*, int64_t);
+
+// The int8 and int8x2 entries of a table entry: ref and SIMD versions of quantize_act, vec_dot_q8 and
+// vec_dot_x2 (quantize_x2 is the same for every type).
 struct Q8Fns {
     VecDotType type;
     void (*quantize_ref)(const float*, void*, int64_t);
     void (*quantize_simd)(const float*, void*, int64_t);
-    float (*dot_ref)(const void*, const void*, int64_t);
-    float (*dot_simd)(const void*, const void*, int64_t);
+    VecDotFn dot_ref, dot_simd, x2_ref, x2_simd;
 };
 
 QuantTraits with_q8(QuantTraits q, const Q8Fns& f, bool simd) {
@@ -357,15 +359,21 @@ QuantTraits with_q8(QuantTraits q, const Q8Fns& f, bool simd) {
     q.vec_dot_q8_ref = f.dot_ref;
     q.quantize_act = simd ? f.quantize_simd : f.quantize_ref;
     q.vec_dot_q8 = simd ? f.dot_simd : f.dot_ref;
+    q.quantize_x2_ref = quants::ref::quantize_q8x2;
+    q.vec_dot_x2_ref = f.x2_ref;
+    q.quantize_x2 = simd ? quants::avx2::quantize_q8x2 : quants::ref::quantize_q8x2;
+    q.vec_dot_x2 = simd ? f.x2_simd : f.x2_ref;
     return q;
 }
 
 // Q8_0-style activations (BlockQ8A) for the 32-element types, Q8_K (BlockQ8K) for the K-quants.
-Q8Fns q8a(float (*ref)(const void*, const void*, int64_t), float (*simd)(const void*, const void*, int64_t)) {
-    return {VecDotType::Q8_0, quants::ref::quantize_q8a, quants::avx2::quantize_q8a, ref, simd};
+Q8Fns q8a(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
+    return {VecDotType::Q8_0, quants::ref::quantize_q8a, quants::avx2::quantize_q8a, ref, simd, x2_ref,
+            x2_simd};
 }
-Q8Fns q8k(float (*ref)(const void*, const void*, int64_t), float (*simd)(const void*, const void*, int64_t)) {
-    return {VecDotType::Q8_K, quants::ref::quantize_q8k, quants::avx2::quantize_q8k, ref, simd};
+Q8Fns q8k(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
+    return {VecDotType::Q8_K, quants::ref::quantize_q8k, quants::avx2::quantize_q8k, ref, simd, x2_ref,
+            x2_simd};
 }
 
 std::array<QuantTraits, 11> build_table() {
@@ -393,14 +401,14 @@ std::array<QuantTraits, 11> build_table() {
         entry<BlockQ6K, kQKK, deq_q6_k>(GgmlType::Q6_K, "Q6_K", quant_q6_k, v::to_float_q6_k, v::dot_q6_k, s),
     };
     const std::pair<GgmlType, Q8Fns> q8[] = {
-        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0)},
-        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0)},
-        {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1)},
-        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0)},
-        {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1)},
-        {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k)},
-        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k)},
-        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k)},
+        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0, r::vec_dot_x2_q8_0, v::vec_dot_x2_q8_0)},
+        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0, r::vec_dot_x2_q4_0, v::vec_dot_x2_q4_0)},
+        {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1, r::vec_dot_x2_q4_1, v::vec_dot_x2_q4_1)},
+        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0, r::vec_dot_x2_q5_0, v::vec_dot_x2_q5_0)},
+        {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1, r::vec_dot_x2_q5_1, v::vec_dot_x2_q5_1)},
+        {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k, r::vec_dot_x2_q4_k, v::vec_dot_x2_q4_k)},
+        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k, v::vec_dot_x2_q5_k)},
+        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k, r::vec_dot_x2_q6_k, v::vec_dot_x2_q6_k)},
     };
     for (const auto& [type, fns] : q8)
         for (QuantTraits& e : t)
@@ -441,6 +449,10 @@ size_t act_row_bytes(const QuantTraits& q, int64_t n) {
         default:
             return size_t(n) * sizeof(float);
     }
+}
+
+size_t act_x2_row_bytes(int64_t n) {
+    return size_t(n / kQK0) * sizeof(quants::BlockQ8X2);
 }
 
 }  // namespace minfer

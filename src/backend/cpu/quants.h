@@ -37,12 +37,24 @@ struct QuantTraits {
     float (*vec_dot_q8)(const void* blocks, const void* xq, int64_t n);
     void (*quantize_act_ref)(const float* x, void* xq, int64_t n);
     float (*vec_dot_q8_ref)(const void* blocks, const void* xq, int64_t n);
+
+    // int8x2 activations, for the same types as the int8 path (nullptr otherwise): quantize_x2 turns n
+    // floats into act_x2_row_bytes(n) bytes of two-level blocks, x ~ d * (254 * hi + lo) per 32 elements
+    // (quants_impl.h); vec_dot_x2 is sum_i w[i] * x[i] with x given that way: two integer dots per block
+    // (hi and lo, the weight levels unpacked once) merged exactly as 254 * hi-sum + lo-sum, minimum terms
+    // times the block sum of the represented x. Activation error <= max |x| / 64516 per block of 32,
+    // 1/254 of int8's.
+    void (*quantize_x2)(const float* x, void* xq, int64_t n);
+    float (*vec_dot_x2)(const void* blocks, const void* xq, int64_t n);
+    void (*quantize_x2_ref)(const float* x, void* xq, int64_t n);
+    float (*vec_dot_x2_ref)(const void* blocks, const void* xq, int64_t n);
 };
 
 // nullptr when minfer cannot compute with `t` (callers turn that into a clear error).
 const QuantTraits* quant_traits(GgmlType t);
 size_t quant_row_bytes(const QuantTraits& q, int64_t n);  // bytes of a row of n elements
 size_t act_row_bytes(const QuantTraits& q, int64_t n);    // bytes of n activations as vec_dot_type
+size_t act_x2_row_bytes(int64_t n);                       // bytes of n activations as int8x2 blocks
 
 // True when the AVX2/FMA/F16C versions were selected on this CPU.
 bool quants_use_avx2();

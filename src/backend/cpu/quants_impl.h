@@ -119,6 +119,21 @@ struct BlockQ8K {
 };
 static_assert(sizeof(BlockQ8K) == 292);
 
+// 32-element two-level activation block for the int8x2 dots of every int8 type: x ~ d * (254 * hi[l] +
+// lo[l]) with d = max |x| / (127 * 254). hi = round(x / (254 d)) in [-127, 127] (a BlockQ8A level); the
+// residual r = x - 254 d * hi (exact, one fused multiply-add) is within 127 d (up to rounding), and
+// lo = round(r / d) in [-127, 127], so |x - d * (254 hi + lo)| <= d / 2 = max |x| / 64516. One step for
+// both levels lets the dots merge them in integers (254 * sum q hi + sum q lo). s = d * (254 * sum(hi) +
+// sum(lo)), the sum of the values the block stands for, feeds the minimum and offset terms of Q4_0 / Q4_1
+// / Q5_0 / Q5_1 / Q4_K / Q5_K. K-quant super-blocks use 8 consecutive blocks.
+struct BlockQ8X2 {
+    float d;
+    float s;
+    int8_t hi[kQK0];
+    int8_t lo[kQK0];
+};
+static_assert(sizeof(BlockQ8X2) == 72);
+
 // Scalar references (quants_q8.cpp): activation quantizers and int8-activation dots.
 namespace ref {
 
@@ -132,6 +147,17 @@ float vec_dot_q5_1(const void* w, const void* xq, int64_t n);
 float vec_dot_q4_k(const void* w, const void* xq, int64_t n);
 float vec_dot_q5_k(const void* w, const void* xq, int64_t n);
 float vec_dot_q6_k(const void* w, const void* xq, int64_t n);
+
+// int8x2 activations (BlockQ8X2) and dots.
+void quantize_q8x2(const float* x, void* dst, int64_t n);
+float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_1(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_1(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace ref
 
@@ -172,6 +198,15 @@ float vec_dot_q5_1(const void* w, const void* xq, int64_t n);
 float vec_dot_q4_k(const void* w, const void* xq, int64_t n);
 float vec_dot_q5_k(const void* w, const void* xq, int64_t n);
 float vec_dot_q6_k(const void* w, const void* xq, int64_t n);
+void quantize_q8x2(const float* x, void* dst, int64_t n);
+float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_1(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_1(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace avx2
 }  // namespace minfer::quants

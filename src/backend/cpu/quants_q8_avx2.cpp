@@ -3,6 +3,8 @@
 // pairs summed in 16 bits without saturation: level <= 63, |x| <= 127) and _mm256_madd_epi16. Q8_0's
 // signed levels go through the sign trick, |w| . (x * sign(w)); the 4/5-bit types dot their unsigned
 // levels and add their offset or minimum as a per-block scalar term (times the activation block sum).
+// The int8x2 dots (BlockQ8X2) run the same unpacked levels against hi and lo and merge the two sums in
+// integers, 254 * sum(w hi) + sum(w lo), before one f32 scaling per 32-element block.
 //
 // This file is compiled with -mavx2 -mfma -mf16c: it must not call inline helpers of shared headers
 // (such as util/fp16.h), whose AVX2-compiled copies the linker could hand to baseline code.
@@ -56,6 +58,13 @@ inline __m256i dot_i8i8(__m256i w, __m256i x) {
 
 // ---- Activation quantizers: d = max |x| / 127, q = round-half-even(x * (1 / d)) as the reference ----
 
+// Four vectors of 8 int32 levels (|q| <= 127) as 32 bytes in element order: the packs interleave
+// 128-bit lanes, the permutation restores the order.
+inline __m256i pack_levels(const __m256i q[4]) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // Levels of 32 floats with inverse scale id, as 32 bytes in element order; *sum = their sum.
 inline __m256i levels32(const float* x, __m256 id, int* sum) {
     __m256i q[4];
@@ -64,9 +73,29 @@ inline __m256i levels32(const float* x, __m256 id, int* sum) {
         q[k] = _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-    // The packs interleave 128-bit lanes; the permutation restores element order.
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return pack_levels(q);
+}
+
+inline __m256 round_even(__m256 v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// The int8x2 levels of 32 floats with step d (as the reference: hi = round(x * ih), r = x - d * (254 hi)
+// in one fused multiply-add, lo = round(r * il)); *sum = 254 * sum(hi) + sum(lo).
+inline void levels32_x2(const float* x, float d, float ih, float il, int8_t* hi, int8_t* lo, int* sum) {
+    __m256i h[4], l[4];
+    for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_loadu_ps(x + 8 * k);
+        const __m256 hf = round_even(_mm256_mul_ps(v, _mm256_set1_ps(ih)));
+        const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(d), _mm256_mul_ps(hf, _mm256_set1_ps(254.0f)), v);
+        h[k] = _mm256_cvtps_epi32(hf);
+        l[k] = _mm256_cvtps_epi32(round_even(_mm256_mul_ps(r, _mm256_set1_ps(il))));
+    }
+    const __m256i sh = _mm256_add_epi32(_mm256_add_epi32(h[0], h[1]), _mm256_add_epi32(h[2], h[3]));
+    const __m256i sl = _mm256_add_epi32(_mm256_add_epi32(l[0], l[1]), _mm256_add_epi32(l[2], l[3]));
+    *sum = 254 * hsum_i32(sh) + hsum_i32(sl);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), pack_levels(h));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), pack_levels(l));
 }
 
 inline float abs_max(const float* x, int n) {
@@ -104,51 +133,79 @@ inline __m256i q5_levels(const uint8_t* qs, const uint8_t* qh) {
     return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10)));
 }
 
-// Q8_0: signed levels through the sign trick. The other types dot their unsigned levels 0..15 / 0..31
-// and move the rest into the scalar minimum term: Q4_0 / Q5_0 values are d * q - 8 d / - 16 d, so their
-// offset term is -8 d_w * s_x / -16 d_w * s_x; Q4_1 / Q5_1 have m_w * s_x.
+// Weight levels of a block as 32 bytes in element order. Q8_0's are signed (the sign trick dots them);
+// the other types dot their unsigned levels 0..15 / 0..31 and move the rest into the scalar minimum
+// term: Q4_0 / Q5_0 values are d * q - 8 d / - 16 d, so their offset term is -8 d_w * s_x / -16 d_w * s_x;
+// Q4_1 / Q5_1 have m_w * s_x.
 struct Q8_0Dot {
     using Block = BlockQ8_0;
-    static __m256i dot(const Block& b, __m256i x) { return dot_i8i8(load32(b.qs), x); }
+    static constexpr bool kSigned = true;
+    static __m256i levels(const Block& b) { return load32(b.qs); }
 };
 
 struct Q4_0Dot {
     using Block = BlockQ4_0;
-    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(nibbles32(b.qs), x); }
+    static constexpr bool kSigned = false;
+    static __m256i levels(const Block& b) { return nibbles32(b.qs); }
     static float min(const Block& b) { return -8.0f * half_to_float(b.d); }
 };
 
 struct Q5_0Dot {
     using Block = BlockQ5_0;
-    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(q5_levels(b.qs, b.qh), x); }
+    static constexpr bool kSigned = false;
+    static __m256i levels(const Block& b) { return q5_levels(b.qs, b.qh); }
     static float min(const Block& b) { return -16.0f * half_to_float(b.d); }
 };
 
 struct Q4_1Dot {
     using Block = BlockQ4_1;
-    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(nibbles32(b.qs), x); }
+    static constexpr bool kSigned = false;
+    static __m256i levels(const Block& b) { return nibbles32(b.qs); }
     static float min(const Block& b) { return half_to_float(b.m); }
 };
 
 struct Q5_1Dot {
     using Block = BlockQ5_1;
-    static __m256i dot(const Block& b, __m256i x) { return dot_u8i8(q5_levels(b.qs, b.qh), x); }
+    static constexpr bool kSigned = false;
+    static __m256i levels(const Block& b) { return q5_levels(b.qs, b.qh); }
     static float min(const Block& b) { return half_to_float(b.m); }
 };
 
 // d_w * d_x * sum(q_w q_x) of a block into acc, its minimum term (if any) into the scalar sum.
 template <class Dec>
 inline void block32_step(const typename Dec::Block& b, const BlockQ8A& y, __m256& acc, float& summ) {
-    const __m256 p = _mm256_cvtepi32_ps(Dec::dot(b, load32(y.qs)));
+    const __m256i w = Dec::levels(b), x = load32(y.qs);
+    const __m256 p = _mm256_cvtepi32_ps(Dec::kSigned ? dot_i8i8(w, x) : dot_u8i8(w, x));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), p, acc);
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
 
-// Four independent accumulator chains (vector and scalar), blocks 4k + j into chain j.
+// int8x2: sum_l sc_l w_l (254 hi_l + lo_l) of 32 levels w (signed ones through the sign trick, |w|
+// computed once) in 8 int32 lanes, with 16-bit lane scales sc and sc254 = 254 sc. No overflow: the
+// byte-pair sums are at most 2 * 128 * 127 and 254 |sc| <= 32512, so a lane stays below 2^31.
+template <bool kSigned>
+inline __m256i x2_sum(__m256i w, const BlockQ8X2& y, __m256i sc254, __m256i sc) {
+    __m256i a = w, hi = load32(y.hi), lo = load32(y.lo);
+    if constexpr (kSigned)
+        a = _mm256_sign_epi8(w, w), hi = _mm256_sign_epi8(hi, w), lo = _mm256_sign_epi8(lo, w);
+    return _mm256_add_epi32(_mm256_madd_epi16(sc254, _mm256_maddubs_epi16(a, hi)),
+                            _mm256_madd_epi16(sc, _mm256_maddubs_epi16(a, lo)));
+}
+
+// int8x2: the levels unpacked once, their merged sum scaled by d_w * d; the minimum term as for int8,
+// with the block sum of the represented x.
 template <class Dec>
+inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, __m256& acc, float& summ) {
+    const __m256i p = x2_sum<Dec::kSigned>(Dec::levels(b), y, _mm256_set1_epi16(254), _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
+    if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
+}
+
+// Four independent accumulator chains (vector and scalar), blocks 4k + j into chain j.
+template <class Dec, class Act>
 float block32_vec_dot(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const typename Dec::Block*>(w);
-    const auto* y = static_cast<const BlockQ8A*>(xq);
+    const auto* y = static_cast<const Act*>(xq);
     const int64_t nb = n / kQK0;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
            a3 = _mm256_setzero_ps();
@@ -237,6 +294,52 @@ float k_type1_vec_dot(const void* w, const void* xq, int64_t n) {
     return acc;
 }
 
+// int8x2 step of a K-quant group of 32 levels w with scales sc (sc254 = 254 sc) against activation
+// block y: the merged integer sum times d_w * d into acc.
+template <bool kSigned>
+inline void x2_scaled_step(__m256i w, __m256i sc254, __m256i sc, float dw, const BlockQ8X2& y, __m256& acc) {
+    const __m256i p = x2_sum<kSigned>(w, y, sc254, sc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(p), acc);
+}
+
+// Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j; the minimum
+// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
+template <class Block>
+float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        const BlockQ8X2* yi = y + 8 * i;
+        __m128i scales128, mins;
+        k_scales_mins(b[i].scales, &scales128, &mins);
+        const __m256i scales = _mm256_broadcastsi128_si256(scales128);
+        const __m256i scales254 = _mm256_mullo_epi16(scales, _mm256_set1_epi16(254));
+        const float dw = half_to_float(b[i].d);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m256i q = load32(b[i].qs + 32 * p);
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if constexpr (std::is_same_v<Block, BlockQ5K>) {
+                const __m256i hb = load32(b[i].qh);
+                lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
+                hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
+            }
+            x2_scaled_step<false>(lo, broadcast_i16(scales254, 2 * p), broadcast_i16(scales, 2 * p), dw,
+                                  yi[2 * p], acc0);
+            x2_scaled_step<false>(hi, broadcast_i16(scales254, 2 * p + 1), broadcast_i16(scales, 2 * p + 1),
+                                  dw, yi[2 * p + 1], acc1);
+        }
+        const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
+                                       _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
+        const __m256 s =
+            _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
+        accm = _mm256_fmadd_ps(m, s, accm);
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm));
+}
+
 // Q6_K levels 0..63 of the four 32-element groups of half h (layout as walk_q6_k in quants_avx2.cpp).
 inline void q6_k_groups(const BlockQ6K& b, int h, __m256i g[4]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
@@ -246,6 +349,13 @@ inline void q6_k_groups(const BlockQ6K& b, int h, __m256i g[4]) {
     g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(qh, top2));
     g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
+}
+
+// Scales of Q6_K sub-blocks 2G and 2G + 1 (G = 4h + k) over 16-bit lanes 0..7 and 8..15.
+inline __m256i q6_k_group_scales(__m128i sc8, int h, int k) {
+    const int s = 2 * (4 * h + k);
+    const __m128i pick = _mm_set_epi64x(0x0101010101010101 * (s + 1), 0x0101010101010101 * s);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
 }
 
 // sum_k sc_k * sum_l q_l x_l - 32 * sum_k sc_k * bsums[k] of one super-block, levels q in 0..63.
@@ -259,15 +369,37 @@ inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
         q6_k_groups(b, h, g);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
-            // Scales of sub-blocks 2G and 2G + 1 (G = 4h + k) over the group's 16-bit lanes 0..7, 8..15.
-            const int s = 2 * (4 * h + k);
-            const __m128i pick = _mm_set_epi64x(0x0101010101010101 * (s + 1), 0x0101010101010101 * s);
-            const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+            const __m256i scale = q6_k_group_scales(sc8, h, k);
             const __m256i p = _mm256_maddubs_epi16(g[k], load32(y.qs + 128 * h + 32 * k));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
         }
     }
     return hsum_i32(sumi) - 32 * msum;
+}
+
+// Q6_K against int8x2: group G (32 elements) of super-block i meets activation block 8i + G, with
+// signed levels q - 32 (sign trick), so no offset term remains.
+float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const BlockQ6K*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
+        const float dw = half_to_float(b[i].d);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            __m256i g[4];
+            q6_k_groups(b[i], h, g);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const __m256i q = _mm256_sub_epi8(g[k], _mm256_set1_epi8(32));
+                const __m256i sc = q6_k_group_scales(sc8, h, k);
+                x2_scaled_step<true>(q, _mm256_mullo_epi16(sc, _mm256_set1_epi16(254)), sc, dw,
+                                     y[8 * i + 4 * h + k], k & 1 ? acc1 : acc0);
+            }
+        }
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 }  // namespace
@@ -306,19 +438,19 @@ void quantize_q8k(const float* x, void* dst, int64_t n) {
 }
 
 float vec_dot_q8_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q8_0Dot>(w, xq, n);
+    return block32_vec_dot<Q8_0Dot, BlockQ8A>(w, xq, n);
 }
 float vec_dot_q4_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_0Dot>(w, xq, n);
+    return block32_vec_dot<Q4_0Dot, BlockQ8A>(w, xq, n);
 }
 float vec_dot_q4_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_1Dot>(w, xq, n);
+    return block32_vec_dot<Q4_1Dot, BlockQ8A>(w, xq, n);
 }
 float vec_dot_q5_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_0Dot>(w, xq, n);
+    return block32_vec_dot<Q5_0Dot, BlockQ8A>(w, xq, n);
 }
 float vec_dot_q5_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_1Dot>(w, xq, n);
+    return block32_vec_dot<Q5_1Dot, BlockQ8A>(w, xq, n);
 }
 float vec_dot_q4_k(const void* w, const void* xq, int64_t n) {
     return k_type1_vec_dot<BlockQ4K>(w, xq, n);
@@ -334,6 +466,42 @@ float vec_dot_q6_k(const void* w, const void* xq, int64_t n) {
     for (int64_t i = 0; i < n / kQKK; ++i)
         acc = fma1(y[i].d * half_to_float(b[i].d), float(q6_k_sum(b[i], y[i])), acc);
     return acc;
+}
+
+void quantize_q8x2(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8X2*>(dst);
+    for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        const float d = abs_max(x, kQK0) / (127.0f * 254.0f);
+        int sum;
+        levels32_x2(x, d, inverse_scale(254.0f * d), inverse_scale(d), b[i].hi, b[i].lo, &sum);
+        b[i].d = d;
+        b[i].s = d * float(sum);
+    }
+}
+
+float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q8_0Dot, BlockQ8X2>(w, xq, n);
+}
+float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q4_0Dot, BlockQ8X2>(w, xq, n);
+}
+float vec_dot_x2_q4_1(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q4_1Dot, BlockQ8X2>(w, xq, n);
+}
+float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q5_0Dot, BlockQ8X2>(w, xq, n);
+}
+float vec_dot_x2_q5_1(const void* w, const void* xq, int64_t n) {
+    return block32_vec_dot<Q5_1Dot, BlockQ8X2>(w, xq, n);
+}
+float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
+    return k_type1_vec_dot_x2<BlockQ4K>(w, xq, n);
+}
+float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n) {
+    return k_type1_vec_dot_x2<BlockQ5K>(w, xq, n);
+}
+float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n) {
+    return q6_k_vec_dot_x2(w, xq, n);
 }
 
 }  // namespace minfer::quants::avx2
