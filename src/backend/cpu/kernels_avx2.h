@@ -23,10 +23,19 @@ void mul(const float* a, const float* b, float* y, int64_t n);
 void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
                int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
 
-// Y tile for `nr` weight rows (f32, row stride n_in) against `nt` activation rows (row stride n_in):
-// y[t * y_stride + r] = w_r . x_t, accumulated in f32 with FMA.
-void matmul_tile(const float* w, int64_t nr, const float* x, int64_t nt, int64_t n_in, float* y,
-                 int64_t y_stride);
+// The prefill matmul's operands, both k-major. Weight panel: kPanelRows rows, panel[k * kPanelRows + r]
+// = w_r[k] ([n_in, 16]), rows past nr zero; pack_panel builds it from nr <= kPanelRows f32 rows (stride
+// n_in). Packed activations: groups of kPanelTokens tokens, xp[g * n_in + k * kPanelTokens + t] =
+// x[g + t][k] ([ceil(nt / 6) * 6 * n_in]), tokens past nt zero; pack_tokens builds them from x ([nt, n_in]).
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelTokens = 6;
+void pack_panel(const float* w, int64_t nr, int64_t n_in, float* panel);
+void pack_tokens(const float* x, int64_t nt, int64_t n_in, float* xp);
+
+// y[t * y_stride + r] = w_r . x_t for the panel's nr rows against nt packed tokens: register-blocked
+// outer products (16 rows x 6 tokens), f32 FMA accumulation in k blocks of 64 summed into y.
+void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, int64_t n_in, float* y,
+                  int64_t y_stride);
 
 }  // namespace avx2
 }  // namespace minfer::cpu

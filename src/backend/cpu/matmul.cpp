@@ -11,10 +11,6 @@ namespace minfer::cpu {
 
 namespace {
 
-// Weight rows dequantized together for prefill (a multiple of the 3-row AVX2 micro-tile); their f32
-// copy (12 * n_in floats) stays in L2 while every activation row passes over it.
-constexpr int64_t kRowBlock = 12;
-
 struct MatmulArgs {
     const QuantTraits& q;
     const uint8_t* w;
@@ -36,22 +32,26 @@ void dot_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
     }
 }
 
-// Rows [o0, o1) for many tokens: dequantize kRowBlock rows into thread-local f32 scratch, then run the
-// register-blocked f32 tile over all tokens.
-void tiled_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
-    thread_local std::vector<float> scratch;
+// Rows [o0, o1) for many tokens (xp: x packed by avx2::pack_tokens): dequantize 16 rows at a time into
+// thread-local f32 scratch, pack them k-major into a panel (which stays in L2 while every token passes
+// over it) and run the register-blocked outer-product kernel.
+void tiled_rows(const MatmulArgs& a, const float* xp, int64_t o0, int64_t o1) {
+    thread_local std::vector<float> scratch, panel;
     const bool f32 = a.q.type == GgmlType::F32;
-    for (int64_t o = o0; o < o1; o += kRowBlock) {
-        const int64_t nr = std::min(kRowBlock, o1 - o);
+    const size_t panel_floats = size_t(avx2::kPanelRows * a.n_in);
+    if (panel.size() < panel_floats) panel.resize(panel_floats);
+    if (!f32 && scratch.size() < panel_floats) scratch.resize(panel_floats);
+    for (int64_t o = o0; o < o1; o += avx2::kPanelRows) {
+        const int64_t nr = std::min(avx2::kPanelRows, o1 - o);
         const uint8_t* rows = a.w + size_t(o) * a.row_bytes;
         const float* wf = reinterpret_cast<const float*>(rows);
         if (!f32) {
-            if (scratch.size() < size_t(nr * a.n_in)) scratch.resize(size_t(nr * a.n_in));
             for (int64_t r = 0; r < nr; ++r)
                 a.q.to_float(rows + size_t(r) * a.row_bytes, &scratch[size_t(r * a.n_in)], a.n_in);
             wf = scratch.data();
         }
-        avx2::matmul_tile(wf, nr, a.x, a.nt, a.n_in, a.y + o, a.n_out);
+        avx2::pack_panel(wf, nr, a.n_in, panel.data());
+        avx2::matmul_panel(panel.data(), nr, xp, a.nt, a.n_in, a.y + o, a.n_out);
         if (!a.bias) continue;
         for (int64_t t = 0; t < a.nt; ++t)
             for (int64_t r = 0; r < nr; ++r) a.y[t * a.n_out + o + r] += a.bias[o + r];
@@ -68,6 +68,17 @@ const uint8_t* quantize_activation(QuantizeFn quantize, size_t bytes, const floa
     thread_local std::vector<uint8_t> buf;
     if (buf.size() < bytes) buf.resize(bytes);
     quantize(x, buf.data(), n_in);
+    return buf.data();
+}
+
+// Prefill activations packed once per matmul (avx2::pack_tokens) into the calling thread's grow-only
+// buffer, which every worker then reads.
+const float* pack_activations(const float* x, int64_t nt, int64_t n_in) {
+    thread_local std::vector<float> buf;
+    const int64_t groups = (nt + avx2::kPanelTokens - 1) / avx2::kPanelTokens;
+    const auto floats = size_t(groups * avx2::kPanelTokens * n_in);
+    if (buf.size() < floats) buf.resize(floats);
+    avx2::pack_tokens(x, nt, n_in, buf.data());
     return buf.data();
 }
 
@@ -97,7 +108,8 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
         const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
     } else if (nt > 1 && cpu_has_avx2()) {
-        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { tiled_rows(a, o0, o1); });
+        const float* xp = pack_activations(x, nt, n_in);
+        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { tiled_rows(a, xp, o0, o1); });
     } else {
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     }

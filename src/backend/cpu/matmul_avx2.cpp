@@ -2,65 +2,87 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/kernels_avx2.h"
-#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::cpu::avx2 {
 
 namespace {
 
-using simd::hsum;
+// k per pass, summed into y: short sequential f32 sums keep the error near the decode dot's.
+constexpr int64_t kBlockK = 64;
 
-constexpr int kTileRows = 3;    // weight rows per micro-tile
-constexpr int kTileTokens = 4;  // activation rows per micro-tile: 3 x 4 accumulators + 3 + 1 = 16 registers
-
-// y[t * y_stride + r] = w_r . x_t for an R x T tile, all accumulators in registers.
-template <int R, int T>
-void micro(const float* w, const float* x, int64_t n_in, float* y, int64_t y_stride) {
-    __m256 acc[R][T];
-    for (auto& row : acc)
-        for (auto& a : row) a = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n_in; i += 8) {
-        __m256 wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * n_in + i);
+// Outer products over k in [k0, k1): the panel's 16 rows (two vectors per k) times T tokens' x[t][k]
+// (broadcast from the packed group), accumulated in registers (6 x 2 accumulators + 2 weight vectors +
+// 1 broadcast = 15), then stored to (or, for a later k block, added to) the 16 outputs
+// y[t * y_stride + r] of each token.
+template <int T>
+void micro(const float* panel, const float* xg, int64_t k0, int64_t k1, float* y, int64_t y_stride,
+           bool add) {
+    __m256 acc[T][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < k1; ++k) {
+        const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelRows);
+        const __m256 w1 = _mm256_loadu_ps(panel + k * kPanelRows + 8);
         for (int t = 0; t < T; ++t) {
-            const __m256 xv = _mm256_loadu_ps(x + t * n_in + i);
-            for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+            const __m256 xv = _mm256_broadcast_ss(xg + k * kPanelTokens + t);
+            acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);
         }
     }
-    for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) {
-            float s = hsum(acc[r][t]);
-            for (int64_t j = i; j < n_in; ++j) s = std::fma(w[r * n_in + j], x[t * n_in + j], s);
-            y[t * y_stride + r] = s;
-        }
+    // Unrolled at compile time: an accumulator indexed at run time would live on the stack.
+    const auto store = [&](int t) {
+        float* yt = y + t * y_stride;
+        _mm256_storeu_ps(yt, add ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t][0]) : acc[t][0]);
+        _mm256_storeu_ps(yt + 8, add ? _mm256_add_ps(_mm256_loadu_ps(yt + 8), acc[t][1]) : acc[t][1]);
+    };
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+        (store(I), ...);
     }
+    (std::make_integer_sequence<int, T>{});
 }
 
-using MicroFn = void (*)(const float*, const float*, int64_t, float*, int64_t);
+using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, bool);
 
-// Every tile shape, so row and token tails run register-blocked too: kMicro[rows - 1][tokens - 1].
-constexpr MicroFn kMicro[kTileRows][kTileTokens] = {
-    {micro<1, 1>, micro<1, 2>, micro<1, 3>, micro<1, 4>},
-    {micro<2, 1>, micro<2, 2>, micro<2, 3>, micro<2, 4>},
-    {micro<3, 1>, micro<3, 2>, micro<3, 3>, micro<3, 4>},
-};
+// Every token count up to kPanelTokens, so token tails run register-blocked too: kMicro[tokens - 1].
+constexpr MicroFn kMicro[kPanelTokens] = {micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
 
 }  // namespace
 
-void matmul_tile(const float* w, int64_t nr, const float* x, int64_t nt, int64_t n_in, float* y,
-                 int64_t y_stride) {
-    // Token groups outer: the group's few activation rows stay cached while every weight row passes.
-    for (int64_t t = 0; t < nt; t += kTileTokens) {
-        const int64_t tn = std::min<int64_t>(kTileTokens, nt - t);
-        for (int64_t r = 0; r < nr; r += kTileRows) {
-            const int64_t rn = std::min<int64_t>(kTileRows, nr - r);
-            kMicro[rn - 1][tn - 1](w + r * n_in, x + t * n_in, n_in, y + t * y_stride + r, y_stride);
-        }
+void pack_tokens(const float* x, int64_t nt, int64_t n_in, float* xp) {
+    for (int64_t g = 0; g < nt; g += kPanelTokens)
+        for (int64_t k = 0; k < n_in; ++k)
+            for (int64_t t = 0; t < kPanelTokens; ++t)
+                xp[g * n_in + k * kPanelTokens + t] = g + t < nt ? x[(g + t) * n_in + k] : 0.0f;
+}
+
+void pack_panel(const float* w, int64_t nr, int64_t n_in, float* panel) {
+    for (int64_t k = 0; k < n_in; ++k)
+        for (int64_t r = 0; r < kPanelRows; ++r) panel[k * kPanelRows + r] = r < nr ? w[r * n_in + k] : 0.0f;
+}
+
+void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, int64_t n_in, float* y,
+                  int64_t y_stride) {
+    // A partial panel computes all 16 rows into scratch ([nt, 16]) and copies its nr rows out.
+    thread_local std::vector<float> part;
+    float* out = y;
+    int64_t out_stride = y_stride;
+    if (nr < kPanelRows) {
+        part.resize(size_t(nt * kPanelRows));
+        out = part.data(), out_stride = kPanelRows;
     }
+    // Token groups outer: a group's outputs stay in L1 while its k blocks add into them; the panel and
+    // the group's packed activations stream in order.
+    for (int64_t t = 0; t < nt; t += kPanelTokens) {
+        const int64_t tn = std::min<int64_t>(kPanelTokens, nt - t);
+        for (int64_t k0 = 0; k0 < n_in; k0 += kBlockK)
+            kMicro[tn - 1](panel, xp + t * n_in, k0, std::min(n_in, k0 + kBlockK), out + t * out_stride,
+                           out_stride, k0 > 0);
+    }
+    if (out == y) return;
+    for (int64_t t = 0; t < nt; ++t) std::copy_n(out + t * kPanelRows, nr, y + t * y_stride);
 }
 
 }  // namespace minfer::cpu::avx2
