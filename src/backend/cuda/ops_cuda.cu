@@ -22,13 +22,32 @@ unsigned blocks_for(int64_t n, int threads) {
     return unsigned(std::min<int64_t>((n + threads - 1) / threads, 65535LL * 8));
 }
 
+// One row per block. Rows of up to kNormRegs * blockDim.x elements stay in registers between the sum of
+// squares and the scaling, with the gains loaded before the reduction's barriers; longer rows are read
+// again.
+constexpr int kNormRegs = 4;
+
 __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t d, float eps) {
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    float xv[kNormRegs], wv[kNormRegs], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+        const int64_t i = threadIdx.x + k * int64_t(blockDim.x);
+        xv[k] = i < d ? xr[i] : 0.0f;
+        wv[k] = i < d ? w[i] : 0.0f;
+        ss += xv[k] * xv[k];
+    }
+    for (int64_t i = threadIdx.x + kNormRegs * int64_t(blockDim.x); i < d; i += blockDim.x)
+        ss += xr[i] * xr[i];
     const float scale = rsqrtf(block_sum(ss) / float(d) + eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+        const int64_t i = threadIdx.x + k * int64_t(blockDim.x);
+        if (i < d) yr[i] = xv[k] * scale * wv[k];
+    }
+    for (int64_t i = threadIdx.x + kNormRegs * int64_t(blockDim.x); i < d; i += blockDim.x)
+        yr[i] = xr[i] * scale * w[i];
 }
 
 // The angle of pair i at position p, in double as the CPU reference computes it.

@@ -4,10 +4,13 @@
 // A decoder splits a block between kLanes consecutive lanes of a warp (32 / kLanes blocks per warp step).
 // Lane `sub` loads its part of a block (load), decodes the scales it needs once (scales), then produces
 // kGroups runs of kWidth consecutive elements (group), run g starting at element offset(sub, g) of the
-// block. Values are computed exactly
+// block; each kContig consecutive groups are adjacent in the block. Values are computed exactly
 // as the CPU reference to_float_ref computes them (same operations, same fused multiply-adds), so
-// dequantization is bit-exact. Loads respect each layout's alignment: blocks of 34, 18, 22 and 210 bytes
-// are only 2-byte aligned and are read 16 bits at a time; the rest assume a 16-byte aligned matrix.
+// dequantization is bit-exact. Quantized decoders also expose their integer levels for the matvec: group g
+// as four unsigned bytes (levels), and the affine map value = a * level + b shared by the kGroups / kRuns
+// consecutive groups of each run (affine), so a dot product needs one multiply-add per weight. Loads respect
+// each layout's alignment: blocks of 34, 18, 22 and 210 bytes are only 2-byte aligned and are read 16 bits at
+// a time; the rest assume a 16-byte aligned matrix.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -40,10 +43,20 @@ __device__ __forceinline__ float byte_minus(uint32_t v, int i, float bias) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540 | i)) - (8388608.0f + bias);
 }
 
+// Byte i of v as the subnormal float v_i * 2^-149 (the level is the mantissa): one PRMT, no conversion.
+// Times x * 2^64 it gives v_i * x * 2^-85, rounded as a normal product is when v_i * |x| >= 2^-41.
+__device__ __forceinline__ float level_tiny(uint32_t v, int i) {
+    return __uint_as_float(__byte_perm(v, 0, 0x4440 | i));
+}
+constexpr float kTinyX = 0x1p64f;     // x scale that keeps level_tiny products normal
+constexpr float kTinyUndo = 0x1p85f;  // 2^(149 - 64): back from level_tiny * x * kTinyX units
+
 // Dense F32 / F16 / BF16: a "block" of W elements (4 when n_in % 4 == 0, else 1) per lane.
 template <GgmlType T, int W>
 struct DecDense {
     static constexpr int kElems = W, kLanes = 1, kGroups = 1, kWidth = W;
+    static constexpr int kRuns = 0;    // no integer levels: the matvec multiplies the values themselves
+    static constexpr int kContig = 1;  // groups that are consecutive in the block
     static constexpr int kBytes = W * (T == GgmlType::F32 ? 4 : 2);
     struct Raw {
         uint32_t v[T == GgmlType::F32 ? W : (W + 1) / 2];
@@ -81,7 +94,8 @@ struct DecDense {
 
 // Q8_0: 2 lanes per block, lane `sub` takes qs[16 sub, 16 sub + 16); value = float(q) * d.
 struct DecQ8_0 {
-    static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kGroups = 4, kWidth = 4;
+    static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kGroups = 4, kWidth = 4, kRuns = 1,
+                         kContig = 4;
     struct Raw {
         uint32_t d, qs[4];
     };
@@ -101,8 +115,14 @@ struct DecQ8_0 {
     __device__ static int offset(int sub, int g) {
         return 16 * sub + 4 * g;
     }
-    __device__ static void group(const Raw& r, const Scales& sc, int, int g, float (&w)[4]) {
-        const uint32_t biased = r.qs[g] ^ 0x80808080u;  // q + 128 in every byte
+    __device__ static uint32_t levels(const Raw& r, int, int g) {
+        return r.qs[g] ^ 0x80808080u;  // q + 128 in every byte
+    }
+    __device__ static float2 affine(const Raw&, const Scales& sc, int, int) {
+        return {sc.d, -128.0f * sc.d};
+    }
+    __device__ static void group(const Raw& r, const Scales& sc, int sub, int g, float (&w)[4]) {
+        const uint32_t biased = levels(r, sub, g);
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[i] = byte_minus(biased, i, 128.0f) * sc.d;
     }
@@ -120,7 +140,7 @@ template <GgmlType T>
 struct DecBlock32 {
     static constexpr bool kQ5 = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
     static constexpr bool kMin = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
-    static constexpr int kElems = 32, kLanes = 2, kGroups = 4, kWidth = 4;
+    static constexpr int kElems = 32, kLanes = 2, kGroups = 4, kWidth = 4, kRuns = 1, kContig = 2;
     static constexpr int kHead = (kMin ? 4 : 2) + (kQ5 ? 4 : 0);  // bytes before qs
     static constexpr int kBytes = kHead + 16;
     struct Raw {
@@ -146,9 +166,16 @@ struct DecBlock32 {
         return {h2f(r.dm & 0xFFFF), kMin ? h2f(r.dm >> 16) : 0.0f};
     }
     __device__ static int offset(int sub, int g) { return 16 * (g / 2) + 8 * sub + 4 * (g % 2); }
-    __device__ static void group(const Raw& r, const Scales& sc, int sub, int g, float (&w)[4]) {
+    __device__ static uint32_t levels(const Raw& r, int sub, int g) {
         uint32_t q = (r.qs[g % 2] >> (4 * (g / 2))) & 0x0F0F0F0Fu;
         if constexpr (kQ5) q |= spread_bit4(r.qh >> offset(sub, g));
+        return q;
+    }
+    __device__ static float2 affine(const Raw&, const Scales& sc, int, int) {
+        return {sc.d, kMin ? sc.m : (kQ5 ? -16.0f : -8.0f) * sc.d};
+    }
+    __device__ static void group(const Raw& r, const Scales& sc, int sub, int g, float (&w)[4]) {
+        const uint32_t q = levels(r, sub, g);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             if constexpr (kMin) {
@@ -172,6 +199,7 @@ template <GgmlType T>
 struct DecK1 {
     static constexpr bool kQ5 = T == GgmlType::Q5_K;
     static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kLanes = 8, kGroups = 8, kWidth = 4;
+    static constexpr int kRuns = 2, kContig = 4;  // runs: sub-blocks 2p and 2p + 1
     struct Raw {
         uint4 head;  // d, dmin, scales[12]
         uint4 qh, qs;
@@ -204,12 +232,19 @@ struct DecK1 {
     __device__ static int offset(int sub, int g) {
         return 64 * (sub / 2) + 32 * (g / 4) + 16 * (sub % 2) + 4 * (g % 4);
     }
-    __device__ static void group(const Raw& r, const Scales& s, int sub, int g, float (&w)[4]) {
+    __device__ static uint32_t levels(const Raw& r, int sub, int g) {
         const int h = g / 4;
         uint32_t q = (word(r.qs, g % 4) >> (4 * h)) & 0x0F0F0F0Fu;
         if constexpr (kQ5) q |= ((word(r.qh, g % 4) >> (2 * (sub / 2) + h)) & 0x01010101u) << 4;
+        return q;
+    }
+    __device__ static float2 affine(const Raw&, const Scales& s, int, int h) {
+        return {s.d1[h], -s.m1[h]};
+    }
+    __device__ static void group(const Raw& r, const Scales& s, int sub, int g, float (&w)[4]) {
+        const uint32_t q = levels(r, sub, g);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = __fmaf_rn(s.d1[h], byte_minus(q, i, 0.0f), -s.m1[h]);
+        for (int i = 0; i < 4; ++i) w[i] = __fmaf_rn(s.d1[g / 4], byte_minus(q, i, 0.0f), -s.m1[g / 4]);
     }
 };
 
@@ -219,6 +254,7 @@ struct DecK1 {
 // qh[32h + l + ...]; each half is one 16-element sub-block. value = (d * scale) * float(q - 32).
 struct DecQ6K {
     static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kGroups = 8, kWidth = 4;
+    static constexpr int kRuns = 2, kContig = 4;  // runs: the two 16-element sub-blocks
     struct Raw {
         uint32_t ql[4], qh[4], d;
         int sc[2];
@@ -246,12 +282,19 @@ struct DecQ6K {
     __device__ static int offset(int sub, int g) {
         return 128 * (sub / 4) + 32 * ((sub / 2) % 2 + 2 * (g / 4)) + 16 * (sub % 2) + 4 * (g % 4);
     }
-    __device__ static void group(const Raw& r, const Scales& s, int sub, int g, float (&w)[4]) {
+    __device__ static uint32_t levels(const Raw& r, int sub, int g) {
         const int h = g / 4, e = (sub / 2) % 2;
         const uint32_t lo = (r.ql[g % 4] >> (4 * h)) & 0x0F0F0F0Fu;
         const uint32_t hi = (r.qh[g % 4] >> (2 * e + 4 * h)) & 0x03030303u;
+        return lo | hi << 4;
+    }
+    __device__ static float2 affine(const Raw&, const Scales& s, int, int h) {
+        return {s.ds[h], -32.0f * s.ds[h]};
+    }
+    __device__ static void group(const Raw& r, const Scales& s, int sub, int g, float (&w)[4]) {
+        const uint32_t q = levels(r, sub, g);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = s.ds[h] * byte_minus(lo | hi << 4, i, 32.0f);
+        for (int i = 0; i < 4; ++i) w[i] = s.ds[g / 4] * byte_minus(q, i, 32.0f);
     }
 };
 

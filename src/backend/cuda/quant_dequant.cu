@@ -32,27 +32,48 @@ using namespace qblocks;
 
 constexpr int kWarps = 8;
 
-template <int W>
-__device__ __forceinline__ void store(float* p, const float (&v)[W]) {
-    if constexpr (W == 4) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+// Stores N consecutive values, 16 bytes at a time where N of them fill 16 bytes (p then 16-byte aligned).
+template <int N>
+__device__ __forceinline__ void store(float* p, const float (&v)[N]) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4)
+            *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
     } else {
-        *p = v[0];
+#pragma unroll
+        for (int i = 0; i < N; ++i) p[i] = v[i];
     }
 }
 
-template <int W>
-__device__ __forceinline__ void store(__half* p, const float (&v)[W]) {
-    if constexpr (W == 4) {
-        const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
-        *reinterpret_cast<uint2*>(p) =
-            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+__device__ __forceinline__ uint32_t half2_bits(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int N>
+__device__ __forceinline__ void store(__half* p, const float (&v)[N]) {
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 8)
+            *reinterpret_cast<uint4*>(p + i) =
+                make_uint4(half2_bits(v[i], v[i + 1]), half2_bits(v[i + 2], v[i + 3]),
+                           half2_bits(v[i + 4], v[i + 5]), half2_bits(v[i + 6], v[i + 7]));
+    } else if constexpr (N == 4) {
+        *reinterpret_cast<uint2*>(p) = make_uint2(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]));
     } else {
-        *p = __float2half_rn(v[0]);
+#pragma unroll
+        for (int i = 0; i < N; ++i) p[i] = __float2half_rn(v[i]);
     }
 }
 
-// out[t] = row (ids ? ids[t] : t) of w, for t < n_rows; one warp step per warp.
+// Alignment in bytes that store<N> needs.
+template <int N, class Out>
+constexpr int store_align() {
+    return N * int(sizeof(Out)) >= 16 ? 16 : N * int(sizeof(Out));
+}
+
+// out[t] = row (ids ? ids[t] : t) of w, for t < n_rows; one warp step per warp. Each lane writes its
+// adjacent groups together, in whole 16-byte words.
 template <class D, class Out>
 __global__ void __launch_bounds__(kWarps * 32)
     dequant_kernel(const uint8_t* w, int64_t n_in, int64_t row_bytes, const int32_t* ids, int64_t n_rows,
@@ -68,10 +89,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     const typename D::Raw raw = D::load(w + r * row_bytes + b * D::kBytes, sub);
     const typename D::Scales sc = D::scales(raw, sub);
 #pragma unroll
-    for (int g = 0; g < D::kGroups; ++g) {
-        float v[D::kWidth];
-        D::group(raw, sc, sub, g, v);
-        store<D::kWidth>(out + t * n_in + b * D::kElems + D::offset(sub, g), v);
+    for (int g0 = 0; g0 < D::kGroups; g0 += D::kContig) {  // kContig adjacent groups, stored at once
+        float v[D::kContig * D::kWidth];
+#pragma unroll
+        for (int c = 0; c < D::kContig; ++c)
+            D::group(raw, sc, sub, g0 + c, reinterpret_cast<float(&)[D::kWidth]>(v[c * D::kWidth]));
+        store<D::kContig * D::kWidth>(out + t * n_in + b * D::kElems + D::offset(sub, g0), v);
     }
 }
 
@@ -80,7 +103,7 @@ void run(const QMatrix& w, const int32_t* ids, int64_t n_rows, Out* out, Stream 
     with_decoder(w.type, w.n_in, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, what);
-        if (D::kWidth == 4) check_layout(w.type, w.n_in, out, int(sizeof(Out)) * 4, what);
+        check_layout(w.type, w.n_in, out, store_align<D::kContig * D::kWidth, Out>(), what);
         const int64_t nb = w.n_in / D::kElems;
         const int64_t steps = (nb + 32 / D::kLanes - 1) / (32 / D::kLanes);
         const int64_t blocks = (n_rows * steps + kWarps - 1) / kWarps;

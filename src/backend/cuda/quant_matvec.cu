@@ -4,9 +4,10 @@
 // A group of `split` warps (1 to 8) computes R weight rows (4, 2 or 1, see choose_layout); for swiglu,
 // half gate rows and half the same rows of up. The warps split each row's
 // blocks between them and the lanes of a warp split each block (see quant_blocks.cuh), so consecutive
-// lanes read consecutive weight bytes. Every weight is read once and dequantized exactly in registers, and
-// each x load serves all R rows; per token, each lane accumulates in f32, then a warp shuffle and a
-// shared-memory sum over the group's warps finish the dot products.
+// lanes read consecutive weight bytes. Every weight is read once, and each x load serves all R rows; per
+// token, each lane accumulates in f32, then a warp shuffle and a shared-memory sum over the group's warps
+// finish the dot products. Quantized weights are never turned into floats: each level multiplies x as a
+// subnormal (see step_levels).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,6 +47,65 @@ __device__ __forceinline__ void load_x(const float* x, float (&v)[W]) {
     }
 }
 
+// One step of a dense type: acc[m][t] += the lane's values of block b of row m times x_t.
+template <class D, int NT, int R>
+__device__ __forceinline__ void step_dense(const typename D::Raw (&raw)[R], int sub, int64_t b,
+                                           const float* const (&xt)[NT], float (&acc)[R][NT]) {
+    float w[R][D::kWidth];
+#pragma unroll
+    for (int m = 0; m < R; ++m) D::group(raw[m], {}, sub, 0, w[m]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        float xv[D::kWidth];
+        load_x<D::kWidth>(xt[t] + b * D::kElems, xv);
+#pragma unroll
+        for (int m = 0; m < R; ++m)
+#pragma unroll
+            for (int i = 0; i < D::kWidth; ++i) acc[m][t] = fmaf(w[m][i], xv[i], acc[m][t]);
+    }
+}
+
+// One step of a quantized type, one run (groups sharing an affine map value = a * level + b) at a time:
+// s = sum level * x (subnormal levels times x * kTinyX: one FMA per weight) and sx = sum x, then
+// acc += a * s + b * sx. The x work is shared by the R rows.
+template <class D, int NT, int R>
+__device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int sub, int64_t b,
+                                            const float* const (&xt)[NT], float (&acc)[R][NT]) {
+    constexpr int kPerRun = D::kGroups / D::kRuns;
+    typename D::Scales sc[R];
+#pragma unroll
+    for (int m = 0; m < R; ++m) sc[m] = D::scales(raw[m], sub);
+#pragma unroll
+    for (int run = 0; run < D::kRuns; ++run) {
+        float s[R][NT] = {}, sx[NT] = {};
+#pragma unroll
+        for (int g = run * kPerRun; g < (run + 1) * kPerRun; ++g) {
+            uint32_t q[R];
+#pragma unroll
+            for (int m = 0; m < R; ++m) q[m] = D::levels(raw[m], sub, g);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float xv[4];
+                load_x<4>(xt[t] + b * D::kElems + D::offset(sub, g), xv);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    sx[t] += xv[i];
+                    const float xs = xv[i] * kTinyX;
+#pragma unroll
+                    for (int m = 0; m < R; ++m) s[m][t] = fmaf(level_tiny(q[m], i), xs, s[m][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            const float2 ab = D::affine(raw[m], sc[m], sub, run);
+            const float a = ab.x * kTinyUndo;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[m][t] = fmaf(a, s[m][t], fmaf(ab.y, sx[t], acc[m][t]));
+        }
+    }
+}
+
 // acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows.
 template <class D, int NT, int R>
 __device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], float (&acc)[R][NT]) {
@@ -67,25 +127,10 @@ __device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R],
         for (int u = 0; u < kUnroll; ++u) {
             const int64_t b = b0 + u * step;
             if (b >= nb) break;
-            typename D::Scales sc[R];
-#pragma unroll
-            for (int m = 0; m < R; ++m) sc[m] = D::scales(raw[u][m], sub);
-#pragma unroll
-            for (int g = 0; g < D::kGroups; ++g) {
-                float w[R][D::kWidth];
-#pragma unroll
-                for (int m = 0; m < R; ++m) D::group(raw[u][m], sc[m], sub, g, w[m]);
-                const int64_t off = b * D::kElems + D::offset(sub, g);
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    float xv[D::kWidth];
-                    load_x<D::kWidth>(xt[t] + off, xv);
-#pragma unroll
-                    for (int m = 0; m < R; ++m)
-#pragma unroll
-                        for (int i = 0; i < D::kWidth; ++i) acc[m][t] = fmaf(w[m][i], xv[i], acc[m][t]);
-                }
-            }
+            if constexpr (D::kRuns == 0)
+                step_dense<D, NT, R>(raw[u], sub, b, xt, acc);
+            else
+                step_levels<D, NT, R>(raw[u], sub, b, xt, acc);
         }
     }
 }
