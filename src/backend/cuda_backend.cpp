@@ -74,7 +74,7 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, const float*> vecs;  // 1-D weights as f32
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
-    DeviceBuffer arena, partials, scores, fused, gemm_w, gemm_x, blas_ws;
+    DeviceBuffer arena, partials, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<int64_t> offset;
@@ -261,14 +261,18 @@ void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
 // Scratch sized for the graph: attention partials, fused-QKV rows, and the GEMM's half-precision
 // weight and activation tiles.
 void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
-    size_t part = 0, score_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    size_t part = 0, score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
         if (const auto* a = std::get_if<meta::Attn>(&n.meta)) {
             const cuda::AttnShape s{a->n_head, a->n_head_kv, a->hd, 0, a->scale};
             part = std::max(part, size_t(cuda::attention_partials_floats(s, nt, region(a->layer).n_ctx)));
-            if (nt > cuda::kMaxMatvecTokens)
-                score_floats = std::max(score_floats, size_t(a->n_head * nt * region(a->layer).n_ctx));
+            if (nt > cuda::kMaxMatvecTokens) {
+                const size_t n_ctx = size_t(region(a->layer).n_ctx);
+                score_floats = std::max(score_floats, size_t(a->n_head * nt) * n_ctx);
+                if (a->n_head > a->n_head_kv)
+                    wide_floats = std::max(wide_floats, 2 * n_ctx * a->n_head * a->hd);
+            }
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
@@ -279,6 +283,7 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     }
     partials.reserve(part * sizeof(float));
     scores.reserve(score_floats * sizeof(float));
+    kv_wide.reserve(wide_floats * sizeof(float));
     fused.reserve(fused_floats * sizeof(float));
     gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
     gemm_x.reserve(x_halves * 2);
@@ -383,30 +388,35 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
     cuda::qkv_epilogue(q, k, v, ids(n.src.back()), nt, e, dev(n.id), region(layer_of(n.op)), stream);
 }
 
-// Prefill attention as three steps per KV head: scores = scale * Q K^T for the group's query heads
-// (one strided-batched f32 GEMM sharing K), causal softmax, out = P V (sharing V). The key count is
-// read from the host copy of the positions: prefill graphs run eagerly, never from a capture.
+// Prefill attention as three steps over all heads: scores = scale * Q K^T (one strided-batched f32 GEMM),
+// causal softmax, out = P V. With grouped-query attention, K and V are first copied with each KV head
+// repeated for its query heads, so that both products are one batched call instead of one per KV head.
+// The key count is read from the host copy of the positions: prefill graphs run eagerly, never from a
+// capture.
 void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     const auto& m = std::get<meta::Attn>(n.meta);
     const cuda::KvRegion& r = region(m.layer);
     const int64_t nt = n.shape[1], hd = m.hd, group = m.n_head / m.n_head_kv;
     const int64_t n_kv = std::min<int64_t>(int64_t(ids_host(bufs, n.src[2])[nt - 1]) + 1, r.n_ctx);
     const int64_t q_stride = g[n.src[0]].shape[0], out_stride = n.shape[0];
+    const float *k = r.k, *v = r.v;
+    int64_t kv_stride = r.n_embd;
+    if (group > 1) {
+        float* wide = kv_wide.as<float>();
+        cuda::expand_kv_heads(r, n_kv, m.n_head, group, hd, wide, wide + n_kv * m.n_head * hd, stream);
+        k = wide, v = wide + n_kv * m.n_head * hd, kv_stride = m.n_head * hd;
+    }
     const float zero = 0.0f, one = 1.0f;
     float* s = scores.as<float>();
-    for (int64_t j = 0; j < m.n_head_kv; ++j)
-        blas_check(cuda::cublas().sgemm_strided_batched(
-                       blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd), &m.scale, r.k + j * hd,
-                       int(r.n_embd), 0, dev(n.src[0]) + j * group * hd, int(q_stride), hd, &zero,
-                       s + j * group * nt * n_kv, int(n_kv), nt * n_kv, int(group)),
-                   "attention scores");
+    blas_check(cuda::cublas().sgemm_strided_batched(
+                   blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd), &m.scale, k, int(kv_stride),
+                   hd, dev(n.src[0]), int(q_stride), hd, &zero, s, int(n_kv), nt * n_kv, int(m.n_head)),
+               "attention scores");
     cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream);
-    for (int64_t j = 0; j < m.n_head_kv; ++j)
-        blas_check(cuda::cublas().sgemm_strided_batched(
-                       blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv), &one, r.v + j * hd,
-                       int(r.n_embd), 0, s + j * group * nt * n_kv, int(n_kv), nt * n_kv, &zero,
-                       dev(n.id) + j * group * hd, int(out_stride), hd, int(group)),
-                   "attention values");
+    blas_check(cuda::cublas().sgemm_strided_batched(
+                   blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv), &one, v, int(kv_stride), hd,
+                   s, int(n_kv), nt * n_kv, &zero, dev(n.id), int(out_stride), hd, int(m.n_head)),
+               "attention values");
 }
 
 void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {

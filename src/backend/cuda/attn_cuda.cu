@@ -223,6 +223,20 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
     }
 }
 
+__global__ void expand_kv_kernel(KvRegion r, int64_t n_head, int64_t group, int64_t hd, float* k_out,
+                                 float* v_out) {
+    const int64_t j = blockIdx.x, q4 = hd / 4, n4 = n_head * q4;
+    const float4* k = reinterpret_cast<const float4*>(r.k + j * r.n_embd);
+    const float4* v = reinterpret_cast<const float4*>(r.v + j * r.n_embd);
+    float4* ko = reinterpret_cast<float4*>(k_out) + j * n4;
+    float4* vo = reinterpret_cast<float4*>(v_out) + j * n4;
+    for (int64_t c = threadIdx.x; c < n4; c += blockDim.x) {
+        const int64_t src = c / q4 / group * q4 + c % q4;  // head c / q4 reads KV head (c / q4) / group
+        ko[c] = k[src];
+        vo[c] = v[src];
+    }
+}
+
 }  // namespace
 
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
@@ -272,6 +286,15 @@ void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_hea
     if (nt <= 0 || n_kv <= 0) return;
     causal_softmax_kernel<<<dim3(unsigned(nt), unsigned(n_head)), 256, 0, s>>>(scores, pos, nt, n_kv);
     check(int(cudaGetLastError()), "causal_softmax kernel");
+}
+
+void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,
+                     float* k_out, float* v_out, Stream s) {
+    if (head_dim % 4 != 0 || r.n_embd % 4 != 0)
+        throw Error("CUDA expand_kv_heads: head_dim not a multiple of 4");
+    if (n_kv <= 0) return;
+    expand_kv_kernel<<<unsigned(n_kv), 256, 0, s>>>(r, n_head, group, head_dim, k_out, v_out);
+    check(int(cudaGetLastError()), "expand_kv kernel");
 }
 
 void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,

@@ -58,6 +58,12 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
 // scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero.
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s);
 
+// The region's first n_kv key and value rows with each KV head repeated for its query heads:
+// k_out[j][h * head_dim + i] = k[j][(h / group) * head_dim + i], likewise v ([n_kv][n_head * head_dim]),
+// so that prefill attention runs as one batched product over all heads. head_dim % 4 == 0.
+void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,
+                     float* k_out, float* v_out, Stream s);
+
 // The QKV fusions' epilogue for nt rows: biases (nullable), optional per-head RMSNorm of Q and K
 // (Qwen3), RoPE on Q and K, Q to q_out ([nt][n_head * head_dim]), K and V into the region at pos[t].
 struct QkvEpilogue {

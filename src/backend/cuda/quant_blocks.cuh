@@ -43,6 +43,10 @@ __device__ __forceinline__ float byte_minus(uint32_t v, int i, float bias) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540 | i)) - (8388608.0f + bias);
 }
 
+#if defined(__CUDA_FTZ) && __CUDA_FTZ
+#error "level_tiny needs subnormal floats: build the CUDA code without -ftz=true / --use_fast_math"
+#endif
+
 // Byte i of v as the subnormal float v_i * 2^-149 (the level is the mantissa): one PRMT, no conversion.
 // Times x * 2^64 it gives v_i * x * 2^-85, rounded as a normal product is when v_i * |x| >= 2^-41.
 __device__ __forceinline__ float level_tiny(uint32_t v, int i) {

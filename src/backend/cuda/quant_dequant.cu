@@ -32,7 +32,8 @@ using namespace qblocks;
 
 constexpr int kWarps = 8;
 
-// Stores N consecutive values, 16 bytes at a time where N of them fill 16 bytes (p then 16-byte aligned).
+// Stores N consecutive values, 16 bytes at a time where N of them fill 16 bytes (p then 16-byte aligned:
+// the groups' offsets in a block are multiples of N).
 template <int N>
 __device__ __forceinline__ void store(float* p, const float (&v)[N]) {
     if constexpr (N % 4 == 0) {
@@ -66,36 +67,51 @@ __device__ __forceinline__ void store(__half* p, const float (&v)[N]) {
     }
 }
 
-// Alignment in bytes that store<N> needs.
-template <int N, class Out>
-constexpr int store_align() {
-    return N * int(sizeof(Out)) >= 16 ? 16 : N * int(sizeof(Out));
+// Copies n values from shared memory to global memory, 16 bytes per lane and instruction where `dst` is
+// 16-byte aligned and n fills whole 16-byte words (one warp, all lanes calling).
+template <class Out>
+__device__ __forceinline__ void copy_out(const Out* src, Out* dst, int n, int lane) {
+    constexpr int kPer = 16 / int(sizeof(Out));
+    if (n % kPer == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+        for (int i = lane; i < n / kPer; i += 32)
+            reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    } else {
+        for (int i = lane; i < n; i += 32) dst[i] = src[i];
+    }
 }
 
-// out[t] = row (ids ? ids[t] : t) of w, for t < n_rows; one warp step per warp. Each lane writes its
-// adjacent groups together, in whole 16-byte words.
+// out[t] = row (ids ? ids[t] : t) of w, for t < n_rows; one warp step per warp. The lanes decode their
+// groups into the warp's slice of shared memory (adjacent groups together), then the warp writes the
+// step's values out contiguously, 512 bytes per instruction.
 template <class D, class Out>
 __global__ void __launch_bounds__(kWarps * 32)
     dequant_kernel(const uint8_t* w, int64_t n_in, int64_t row_bytes, const int32_t* ids, int64_t n_rows,
                    Out* out) {
-    constexpr int kBlocksPerWarp = 32 / D::kLanes;
+    constexpr int kBlocksPerWarp = 32 / D::kLanes, kStepElems = kBlocksPerWarp * D::kElems;
+    __shared__ __align__(16) Out stage[kWarps][kStepElems];
     const int64_t nb = n_in / D::kElems;
     const int64_t steps = (nb + kBlocksPerWarp - 1) / kBlocksPerWarp;
     const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x % 32, sub = lane % D::kLanes;
-    const int64_t t = gw / steps, b = gw % steps * kBlocksPerWarp + lane / D::kLanes;
-    if (t >= n_rows || b >= nb) return;
-    const int64_t r = ids ? int64_t(ids[t]) : t;
-    const typename D::Raw raw = D::load(w + r * row_bytes + b * D::kBytes, sub);
-    const typename D::Scales sc = D::scales(raw, sub);
+    const int lane = threadIdx.x % 32, sub = lane % D::kLanes, warp = threadIdx.x / 32;
+    const int64_t t = gw / steps, b0 = gw % steps * kBlocksPerWarp, b = b0 + lane / D::kLanes;
+    if (t >= n_rows) return;  // the same for the whole warp
+    if (b < nb) {
+        const int64_t r = ids ? int64_t(ids[t]) : t;
+        const typename D::Raw raw = D::load(w + r * row_bytes + b * D::kBytes, sub);
+        const typename D::Scales sc = D::scales(raw, sub);
+        Out* block = stage[warp] + (lane / D::kLanes) * D::kElems;
 #pragma unroll
-    for (int g0 = 0; g0 < D::kGroups; g0 += D::kContig) {  // kContig adjacent groups, stored at once
-        float v[D::kContig * D::kWidth];
+        for (int g0 = 0; g0 < D::kGroups; g0 += D::kContig) {  // kContig adjacent groups, stored at once
+            float v[D::kContig * D::kWidth];
 #pragma unroll
-        for (int c = 0; c < D::kContig; ++c)
-            D::group(raw, sc, sub, g0 + c, reinterpret_cast<float(&)[D::kWidth]>(v[c * D::kWidth]));
-        store<D::kContig * D::kWidth>(out + t * n_in + b * D::kElems + D::offset(sub, g0), v);
+            for (int c = 0; c < D::kContig; ++c)
+                D::group(raw, sc, sub, g0 + c, reinterpret_cast<float(&)[D::kWidth]>(v[c * D::kWidth]));
+            store<D::kContig * D::kWidth>(block + D::offset(sub, g0), v);
+        }
     }
+    __syncwarp();
+    const int n = int(min(int64_t(kBlocksPerWarp), nb - b0)) * D::kElems;
+    copy_out(stage[warp], out + t * n_in + b0 * D::kElems, n, lane);
 }
 
 template <class Out>
@@ -103,7 +119,7 @@ void run(const QMatrix& w, const int32_t* ids, int64_t n_rows, Out* out, Stream 
     with_decoder(w.type, w.n_in, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, what);
-        check_layout(w.type, w.n_in, out, store_align<D::kContig * D::kWidth, Out>(), what);
+        check_layout(w.type, w.n_in, out, int(sizeof(Out)), what);
         const int64_t nb = w.n_in / D::kElems;
         const int64_t steps = (nb + 32 / D::kLanes - 1) / (32 / D::kLanes);
         const int64_t blocks = (n_rows * steps + kWarps - 1) / kWarps;
