@@ -1,5 +1,6 @@
 // Throughput of the decode matrix-vector kernels, single thread: the quantized-row . float-vector dot
-// (dot/) and the int8 dot against pre-quantized activations (dot_q8/); one iteration is a whole
+// (dot/), the int8 dot against pre-quantized activations (dot_q8/) and the int8x2 dot (dot_x2/, the
+// decode default); one iteration is a whole
 // matrix-vector product, rows of 4096 weights. bytes_per_second counts weight bytes read. Two sizes: 256 KiB
 // of weights (L2 resident: kernel compute speed) and 256 MiB (streamed from DRAM: what decode sees on a real
 // model).
@@ -19,7 +20,9 @@ using minfer::QuantTraits;
 
 constexpr int64_t kCols = 4096;
 
-void BM_Dot(benchmark::State& state, GgmlType type, bool reference, bool int8) {
+enum class Act { F32, Int8, Int8x2 };
+
+void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
     const QuantTraits& q = *minfer::quant_traits(type);
     const size_t row_bytes = minfer::quant_row_bytes(q, kCols);
     const int64_t rows = std::max<int64_t>(1, state.range(0) / int64_t(row_bytes));
@@ -33,14 +36,19 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, bool int8) {
         for (float& v : src) v = dist(rng);
         q.from_float_ref(src.data(), w.data() + size_t(r) * row_bytes, kCols);
     }
-    std::vector<uint8_t> xq(int8 ? minfer::act_row_bytes(q, kCols) : 0);
-    if (int8) (reference ? q.quantize_act_ref : q.quantize_act)(x.data(), xq.data(), kCols);
+    std::vector<uint8_t> xq(act == Act::Int8 ? minfer::act_row_bytes(q, kCols)
+                                             : minfer::act_x2_row_bytes(kCols));
+    if (act == Act::Int8) (reference ? q.quantize_act_ref : q.quantize_act)(x.data(), xq.data(), kCols);
+    if (act == Act::Int8x2) (reference ? q.quantize_x2_ref : q.quantize_x2)(x.data(), xq.data(), kCols);
     const auto dot = reference ? q.dot_ref : q.dot;
     const auto dot_q8 = reference ? q.vec_dot_q8_ref : q.vec_dot_q8;
+    const auto dot_x2 = reference ? q.vec_dot_x2_ref : q.vec_dot_x2;
     for (auto _ : state) {
         for (int64_t r = 0; r < rows; ++r) {
             const uint8_t* row = w.data() + size_t(r) * row_bytes;
-            y[size_t(r)] = int8 ? dot_q8(row, xq.data(), kCols) : dot(row, x.data(), kCols);
+            y[size_t(r)] = act == Act::Int8     ? dot_q8(row, xq.data(), kCols)
+                           : act == Act::Int8x2 ? dot_x2(row, xq.data(), kCols)
+                                                : dot(row, x.data(), kCols);
         }
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
@@ -73,15 +81,20 @@ void register_all() {
     for (GgmlType t : types) {
         const QuantTraits& q = *minfer::quant_traits(t);
         const std::string name = q.name;
-        benchmark::RegisterBenchmark(("dot/" + name).c_str(), BM_Dot, t, false, false)
+        benchmark::RegisterBenchmark(("dot/" + name).c_str(), BM_Dot, t, false, Act::F32)
             ->Arg(256 << 10)
             ->Arg(256 << 20);
-        benchmark::RegisterBenchmark(("dot_ref/" + name).c_str(), BM_Dot, t, true, false)->Arg(256 << 10);
+        benchmark::RegisterBenchmark(("dot_ref/" + name).c_str(), BM_Dot, t, true, Act::F32)->Arg(256 << 10);
         if (!q.vec_dot_q8) continue;
-        benchmark::RegisterBenchmark(("dot_q8/" + name).c_str(), BM_Dot, t, false, true)
+        benchmark::RegisterBenchmark(("dot_q8/" + name).c_str(), BM_Dot, t, false, Act::Int8)
             ->Arg(256 << 10)
             ->Arg(256 << 20);
-        benchmark::RegisterBenchmark(("dot_q8_ref/" + name).c_str(), BM_Dot, t, true, true)->Arg(256 << 10);
+        benchmark::RegisterBenchmark(("dot_q8_ref/" + name).c_str(), BM_Dot, t, true, Act::Int8)
+            ->Arg(256 << 10);
+        if (!q.vec_dot_x2) continue;
+        benchmark::RegisterBenchmark(("dot_x2/" + name).c_str(), BM_Dot, t, false, Act::Int8x2)
+            ->Arg(256 << 10)
+            ->Arg(256 << 20);
     }
     benchmark::RegisterBenchmark("quantize_act/Q8_0", BM_QuantizeAct, GgmlType::Q8_0);
     benchmark::RegisterBenchmark("quantize_act/Q8_K", BM_QuantizeAct, GgmlType::Q4_K);

@@ -18,6 +18,7 @@ namespace {
 
 using simd::half_to_float;
 using simd::hsum;
+using simd::prefetch_ahead;
 
 inline __m256i u8x8(const uint8_t* p) {  // 8 bytes zero-extended to 32-bit lanes
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -53,6 +54,7 @@ struct StoreSink {
 // ---- F32 / F16 / BF16: one element per "block" ----
 
 struct F32Src {
+    static constexpr size_t kBytes = 4;
     static __m256 load8(const void* w, int64_t i) {
         return _mm256_loadu_ps(static_cast<const float*>(w) + i);
     }
@@ -60,6 +62,7 @@ struct F32Src {
 };
 
 struct F16Src {
+    static constexpr size_t kBytes = 2;
     static __m256 load8(const void* w, int64_t i) {
         const auto* p = static_cast<const uint16_t*>(w) + i;
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -68,6 +71,7 @@ struct F16Src {
 };
 
 struct BF16Src {
+    static constexpr size_t kBytes = 2;
     static __m256 load8(const void* w, int64_t i) {
         const auto* p = static_cast<const uint16_t*>(w) + i;
         const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -93,6 +97,7 @@ float dense_dot(const void* w, const float* x, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        prefetch_ahead<32 * Src::kBytes>(static_cast<const char*>(w) + i * Src::kBytes);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k)
             acc[k] = _mm256_fmadd_ps(Src::load8(w, i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
@@ -215,6 +220,7 @@ float block32_dot(const void* w, const float* x, int64_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
+        prefetch_ahead<2 * sizeof(b[i])>(b + i);
         const __m256 s0 = block32_levels_dot<Dec>(b[i], x + i * kQK0);
         const __m256 s1 = block32_levels_dot<Dec>(b[i + 1], x + (i + 1) * kQK0);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s0, acc0);
@@ -247,6 +253,7 @@ float block32_min_dot(const void* w, const float* x, int64_t n) {
     const auto* b = static_cast<const typename Dec::Block*>(w);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / kQK0; ++i, x += kQK0) {
+        prefetch_ahead<sizeof(b[i])>(b + i);
         __m256 q[4];
         Dec::levels(b[i], q);
         const __m256 d = _mm256_set1_ps(half_to_float(b[i].d)), m = _mm256_set1_ps(half_to_float(b[i].m));
@@ -374,7 +381,10 @@ template <class Block, void (*Walk)(const Block&, DotSink&)>
 float k_dot(const void* w, const float* x, int64_t n) {
     const auto* b = static_cast<const Block*>(w);
     DotSink sink{x, {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
-    for (int64_t i = 0; i < n / kQKK; ++i, sink.x += kQKK) Walk(b[i], sink);
+    for (int64_t i = 0; i < n / kQKK; ++i, sink.x += kQKK) {
+        prefetch_ahead<sizeof(Block)>(b + i);
+        Walk(b[i], sink);
+    }
     return sink.sum();
 }
 

@@ -21,6 +21,7 @@ namespace {
 
 using simd::half_to_float;
 using simd::hsum;
+using simd::prefetch_ahead;
 
 inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
@@ -212,6 +213,7 @@ float block32_vec_dot(const void* w, const void* xq, int64_t n) {
     float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
+        prefetch_ahead<4 * sizeof(b[i])>(b + i);
         block32_step<Dec>(b[i], y[i], a0, m0);
         block32_step<Dec>(b[i + 1], y[i + 1], a1, m1);
         block32_step<Dec>(b[i + 2], y[i + 2], a2, m2);
@@ -311,6 +313,7 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(Block)>(b + i);
         const BlockQ8X2* yi = y + 8 * i;
         __m128i scales128, mins;
         k_scales_mins(b[i].scales, &scales128, &mins);
@@ -384,6 +387,7 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const auto* y = static_cast<const BlockQ8X2*>(xq);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockQ6K)>(b + i);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
         const float dw = half_to_float(b[i].d);
 #pragma GCC unroll 2

@@ -4,6 +4,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace minfer::simd {
@@ -18,6 +19,18 @@ inline float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// Weight rows stream from memory once per token, and the hardware prefetcher alone leaves one core's
+// stream well short of the dot kernels' speed (measured: Q8_0 int8x2 dots 6.4 GB/s streamed vs 14.6 GB/s
+// from L2; 9.6 GB/s with this). A loop step that reads kBytes at p asks for the lines kPrefetchBytes
+// ahead of them.
+constexpr int kPrefetchBytes = 1024;
+
+template <size_t kBytes>
+inline void prefetch_ahead(const void* p) {
+    const char* ahead = static_cast<const char*>(p) + kPrefetchBytes;
+    for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
 inline double hsum(__m256d v) {
