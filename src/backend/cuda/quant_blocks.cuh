@@ -48,7 +48,8 @@ __device__ __forceinline__ float byte_minus(uint32_t v, int i, float bias) {
 #endif
 
 // Byte i of v as the subnormal float v_i * 2^-149 (the level is the mantissa): one PRMT, no conversion.
-// Times x * 2^64 it gives v_i * x * 2^-85, rounded as a normal product is when v_i * |x| >= 2^-41.
+// Times x * 2^64 it gives v_i * x * 2^-85, rounded as a normal product is when v_i * |x| >= 2^-41
+// (x itself must stay below 2^64 in magnitude, far beyond any activation).
 __device__ __forceinline__ float level_tiny(uint32_t v, int i) {
     return __uint_as_float(__byte_perm(v, 0, 0x4440 | i));
 }
