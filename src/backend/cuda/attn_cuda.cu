@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
 #include "util/error.h"
@@ -76,6 +77,7 @@ __device__ void walk_keys(const AttnArgs& p, const float (&q)[kMaxGroup][kE], in
 // One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys.
 template <int kE>
 __global__ void attention_kernel(AttnArgs p) {
+    begin_kernel();
     __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
     extern __shared__ float sh_acc[];  // [kWarps][kMaxGroup][head_dim]
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -134,6 +136,7 @@ __global__ void attention_kernel(AttnArgs p) {
 }
 
 __global__ void combine_splits_kernel(AttnArgs p) {
+    begin_kernel();
     const int64_t h = blockIdx.x, t = blockIdx.y, hd = p.a.head_dim;
     const float* base = p.partials + (t * p.a.n_head + h) * p.splits * (hd + 2);
     float m = -INFINITY;
@@ -153,6 +156,7 @@ __global__ void combine_splits_kernel(AttnArgs p) {
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
+    begin_kernel();
     const int64_t t = blockIdx.x, h = blockIdx.y;
     float* row = scores + (h * nt + t) * n_kv;
     const int64_t limit = lmin(int64_t(pos[t]) + 1, n_kv);
@@ -194,6 +198,7 @@ __device__ float rope_element(const float* sh, int64_t d, float x, int32_t p, co
 
 // Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element.
 __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
+    begin_kernel();
     extern __shared__ float sh[];  // [head_dim]
     const QkvEpilogue& e = p.e;
     const int64_t hd = e.rope.head_dim, t = blockIdx.y, d = threadIdx.x, n_q = e.rope.n_head;
@@ -225,6 +230,7 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
 
 __global__ void expand_kv_kernel(KvRegion r, int64_t n_head, int64_t group, int64_t hd, float* k_out,
                                  float* v_out) {
+    begin_kernel();
     const int64_t j = blockIdx.x, q4 = hd / 4, n4 = n_head * q4;
     const float4* k = reinterpret_cast<const float4*>(r.k + j * r.n_embd);
     const float4* v = reinterpret_cast<const float4*>(r.v + j * r.n_embd);
@@ -268,24 +274,20 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
     const dim3 grid(unsigned(a.n_head_kv * p.groups_per_kv), unsigned(nt), unsigned(p.splits));
     const size_t shmem = size_t(kWarps * kMaxGroup * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
-    if (e == 1)
-        attention_kernel<1><<<grid, kWarps * kWarp, shmem, s>>>(p);
-    else if (e == 2)
-        attention_kernel<2><<<grid, kWarps * kWarp, shmem, s>>>(p);
-    else if (e <= 4)
-        attention_kernel<4><<<grid, kWarps * kWarp, shmem, s>>>(p);
-    else
-        attention_kernel<8><<<grid, kWarps * kWarp, shmem, s>>>(p);
-    check(int(cudaGetLastError()), "attention kernel");
+    auto* kernel = e == 1   ? attention_kernel<1>
+                   : e == 2 ? attention_kernel<2>
+                   : e <= 4 ? attention_kernel<4>
+                            : attention_kernel<8>;
+    launch("attention kernel", kernel, grid, kWarps * kWarp, shmem, s, p);
     if (p.splits == 1) return;
-    combine_splits_kernel<<<dim3(unsigned(a.n_head), unsigned(nt)), 128, 0, s>>>(p);
-    check(int(cudaGetLastError()), "attention combine kernel");
+    launch("combine_splits kernel", combine_splits_kernel, dim3(unsigned(a.n_head), unsigned(nt)), 128, 0, s,
+           p);
 }
 
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s) {
     if (nt <= 0 || n_kv <= 0) return;
-    causal_softmax_kernel<<<dim3(unsigned(nt), unsigned(n_head)), 256, 0, s>>>(scores, pos, nt, n_kv);
-    check(int(cudaGetLastError()), "causal_softmax kernel");
+    launch("causal_softmax kernel", causal_softmax_kernel, dim3(unsigned(nt), unsigned(n_head)), 256, 0, s,
+           scores, pos, nt, n_kv);
 }
 
 void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,
@@ -293,8 +295,8 @@ void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t gr
     if (head_dim % 4 != 0 || r.n_embd % 4 != 0)
         throw Error("CUDA expand_kv_heads: head_dim not a multiple of 4");
     if (n_kv <= 0) return;
-    expand_kv_kernel<<<unsigned(n_kv), 256, 0, s>>>(r, n_head, group, head_dim, k_out, v_out);
-    check(int(cudaGetLastError()), "expand_kv kernel");
+    launch("expand_kv kernel", expand_kv_kernel, unsigned(n_kv), 256, 0, s, r, n_head, group, head_dim, k_out,
+           v_out);
 }
 
 void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
@@ -304,9 +306,8 @@ void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t*
     if (hd > 1024) throw Error("CUDA QKV epilogue: head_dim " + std::to_string(hd) + " is over 1024");
     const dim3 grid(unsigned(e.rope.n_head + 2 * e.n_head_kv), unsigned(nt));
     const unsigned threads = unsigned((hd + kWarp - 1) / kWarp * kWarp);
-    qkv_epilogue_kernel<<<grid, threads, size_t(hd) * sizeof(float), s>>>(
-        EpilogueArgs{q, k, v, pos, e, q_out, r});
-    check(int(cudaGetLastError()), "qkv_epilogue kernel");
+    launch("qkv_epilogue kernel", qkv_epilogue_kernel, grid, threads, size_t(hd) * sizeof(float), s,
+           EpilogueArgs{q, k, v, pos, e, q_out, r});
 }
 
 }  // namespace minfer::cuda

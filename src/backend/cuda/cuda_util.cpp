@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include "util/env.h"
 #include "util/error.h"
 
 namespace minfer::cuda {
@@ -18,6 +19,19 @@ int device_count() {
         return 0;
     }
     return n;
+}
+
+bool early_launch() {
+    static const bool on = [] {
+        int dev = 0, major = 0;
+        if (env_flag("MINFER_NO_PDL") || cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        return major >= 9;
+    }();
+    return on;
 }
 
 }  // namespace minfer::cuda

@@ -9,6 +9,10 @@ void check(int status, const char* what);
 // Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
 
+// Whether kernels may launch before their predecessor finishes (launch.cuh): a device of compute
+// capability 9.0 or newer, and MINFER_NO_PDL unset. Read once.
+bool early_launch();
+
 }  // namespace minfer::cuda
 
 #define MINFER_CUDA_CHECK(call) ::minfer::cuda::check(static_cast<int>(call), #call)

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -13,10 +14,6 @@ namespace minfer::cuda {
 namespace {
 
 constexpr int kElemThreads = 256;
-
-void launched(const char* what) {
-    check(int(cudaGetLastError()), what);
-}
 
 unsigned blocks_for(int64_t n, int threads) {
     return unsigned(std::min<int64_t>((n + threads - 1) / threads, 65535LL * 8));
@@ -28,6 +25,7 @@ unsigned blocks_for(int64_t n, int threads) {
 constexpr int kNormRegs = 4;
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t d, float eps) {
+    begin_kernel();
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
     float xv[kNormRegs], wv[kNormRegs], ss = 0.0f;
@@ -60,6 +58,7 @@ __device__ void rope_cos_sin(int32_t p, int64_t i, int64_t n_rot, float base, fl
 }
 
 __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeShape r) {
+    begin_kernel();
     const int64_t t = blockIdx.x, half = r.n_rot / 2, row = r.n_head * r.head_dim;
     const float* xr = x + t * row;
     float* yr = y + t * row;
@@ -88,6 +87,7 @@ __device__ float silu_f(float x) {
 
 template <Ew kOp>
 __global__ void elementwise_kernel(const float* a, const float* b, float* y, int64_t n) {
+    begin_kernel();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x) {
         if constexpr (kOp == Ew::Add) y[i] = a[i] + b[i];
@@ -100,17 +100,19 @@ __global__ void elementwise_kernel(const float* a, const float* b, float* y, int
 template <Ew kOp>
 void elementwise(const float* a, const float* b, float* y, int64_t n, Stream s) {
     if (n <= 0) return;
-    elementwise_kernel<kOp><<<blocks_for(n, kElemThreads), kElemThreads, 0, s>>>(a, b, y, n);
-    launched("elementwise kernel");
+    launch("elementwise kernel", elementwise_kernel<kOp>, blocks_for(n, kElemThreads), kElemThreads, 0, s, a,
+           b, y, n);
 }
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t d, int64_t n) {
+    begin_kernel();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
         y[i] += b[i % d];
 }
 
 __global__ void split_f16_kernel(const float* x, __half* hi, __half* lo, int64_t n) {
+    begin_kernel();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x) {
         const __half h = __float2half_rn(x[i]);
@@ -120,11 +122,13 @@ __global__ void split_f16_kernel(const float* x, __half* hi, __half* lo, int64_t
 }
 
 __global__ void get_rows_f32_kernel(const float* src, int64_t d, const int32_t* ids, float* out) {
+    begin_kernel();
     const float* row = src + int64_t(ids[blockIdx.x]) * d;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[blockIdx.x * d + i] = row[i];
 }
 
 __global__ void kv_store_kernel(const float* k, const float* v, const int32_t* pos, KvRegion r) {
+    begin_kernel();
     const int64_t t = blockIdx.x, p = pos[t];
     if (p < 0 || p >= r.n_ctx) return;
     for (int64_t i = threadIdx.x; i < r.n_embd; i += blockDim.x) {
@@ -138,14 +142,12 @@ __global__ void kv_store_kernel(const float* k, const float* v, const int32_t* p
 void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s) {
     if (rows <= 0) return;
     const int threads = d >= 1024 ? 1024 : d >= 256 ? 256 : 128;
-    rms_norm_kernel<<<unsigned(rows), threads, 0, s>>>(x, w, y, d, eps);
-    launched("rms_norm kernel");
+    launch("rms_norm kernel", rms_norm_kernel, unsigned(rows), threads, 0, s, x, w, y, d, eps);
 }
 
 void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s) {
     if (nt <= 0) return;
-    rope_kernel<<<unsigned(nt), 256, 0, s>>>(x, y, pos, r);
-    launched("rope kernel");
+    launch("rope kernel", rope_kernel, unsigned(nt), 256, 0, s, x, y, pos, r);
 }
 
 void add(const float* a, const float* b, float* y, int64_t n, Stream s) {
@@ -163,27 +165,24 @@ void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s) {
 
 void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s) {
     if (d * nt <= 0) return;
-    add_bias_kernel<<<blocks_for(d * nt, kElemThreads), kElemThreads, 0, s>>>(y, b, d, d * nt);
-    launched("add_bias kernel");
+    launch("add_bias kernel", add_bias_kernel, blocks_for(d * nt, kElemThreads), kElemThreads, 0, s, y, b, d,
+           d * nt);
 }
 
 void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s) {
     if (n <= 0) return;
-    split_f16_kernel<<<blocks_for(n, kElemThreads), kElemThreads, 0, s>>>(x, static_cast<__half*>(hi),
-                                                                          static_cast<__half*>(lo), n);
-    launched("split_f16 kernel");
+    launch("split_f16 kernel", split_f16_kernel, blocks_for(n, kElemThreads), kElemThreads, 0, s, x,
+           static_cast<__half*>(hi), static_cast<__half*>(lo), n);
 }
 
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s) {
     if (nt <= 0) return;
-    get_rows_f32_kernel<<<unsigned(nt), 256, 0, s>>>(src, d, ids, out);
-    launched("get_rows_f32 kernel");
+    launch("get_rows_f32 kernel", get_rows_f32_kernel, unsigned(nt), 256, 0, s, src, d, ids, out);
 }
 
 void kv_store(const float* k, const float* v, const int32_t* pos, int64_t nt, const KvRegion& r, Stream s) {
     if (nt <= 0) return;
-    kv_store_kernel<<<unsigned(nt), 256, 0, s>>>(k, v, pos, r);
-    launched("kv_store kernel");
+    launch("kv_store kernel", kv_store_kernel, unsigned(nt), 256, 0, s, k, v, pos, r);
 }
 
 }  // namespace minfer::cuda

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_cuda.h"
 
@@ -87,6 +88,7 @@ template <class D, class Out>
 __global__ void __launch_bounds__(kWarps * 32)
     dequant_kernel(const uint8_t* w, int64_t n_in, int64_t row_bytes, const int32_t* ids, int64_t n_rows,
                    Out* out) {
+    begin_kernel();
     constexpr int kBlocksPerWarp = 32 / D::kLanes, kStepElems = kBlocksPerWarp * D::kElems;
     __shared__ __align__(16) Out stage[kWarps][kStepElems];
     const int64_t nb = n_in / D::kElems;
@@ -124,9 +126,8 @@ void run(const QMatrix& w, const int32_t* ids, int64_t n_rows, Out* out, Stream 
         const int64_t steps = (nb + 32 / D::kLanes - 1) / (32 / D::kLanes);
         const int64_t blocks = (n_rows * steps + kWarps - 1) / kWarps;
         if (blocks == 0) return;
-        dequant_kernel<D, Out><<<unsigned(blocks), kWarps * 32, 0, s>>>(
-            static_cast<const uint8_t*>(w.data), w.n_in, row_bytes<D>(w.n_in), ids, n_rows, out);
-        MINFER_CUDA_CHECK(cudaGetLastError());
+        launch("dequant kernel", dequant_kernel<D, Out>, unsigned(blocks), kWarps * 32, 0, s,
+               static_cast<const uint8_t*>(w.data), w.n_in, row_bytes<D>(w.n_in), ids, n_rows, out);
     });
 }
 

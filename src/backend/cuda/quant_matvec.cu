@@ -10,10 +10,13 @@
 // subnormal (see step_levels).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_cuda.h"
 
@@ -34,6 +37,7 @@ struct MatvecArgs {
     float* y;
     const float* bias;
     const float* res;
+    int prefetch;  // steps of its weights each thread prefetches into L2 before waiting for x
 };
 
 // x[0..W) of one token (16-byte aligned when W == 4).
@@ -106,31 +110,54 @@ __device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int
     }
 }
 
+// This thread's share of each row: blocks first, first + step, ... < nb; its part `sub` of each.
+template <class D>
+struct Share {
+    int sub;
+    int64_t nb, step, first;  // blocks per row, blocks per step, this thread's first block
+    __device__ explicit Share(const MatvecArgs& a)
+        : sub(int(threadIdx.x) % D::kLanes),
+          nb(a.n_in / D::kElems),
+          step(a.split * 32 / D::kLanes),
+          first((threadIdx.x % (a.split * 32)) / D::kLanes) {}
+};
+
+// Starts the L2 fetch of the first a.prefetch steps of this thread's weights: they do not depend on the
+// previous kernel, so this runs while it finishes (see launch.cuh). Each lane touches the line of its
+// part of a block; the lanes of a step cover every line of the step's blocks.
+template <class D, int R>
+__device__ void prefetch_weights(const MatvecArgs& a, const uint8_t* const (&rows)[R]) {
+    const Share<D> sh(a);
+    int64_t b = sh.first;
+    for (int k = 0; k < a.prefetch && b < sh.nb; ++k, b += sh.step)
+#pragma unroll
+        for (int m = 0; m < R; ++m) prefetch_l2(rows[m] + b * D::kBytes + sh.sub * D::kBytes / D::kLanes);
+}
+
 // acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows.
 template <class D, int NT, int R>
 __device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], float (&acc)[R][NT]) {
     constexpr int kUnroll = R * sizeof(typename D::Raw) <= 64 ? 2 : 1;  // steps loaded ahead
-    const int sub = threadIdx.x % D::kLanes;
-    const int64_t nb = a.n_in / D::kElems, step = a.split * 32 / D::kLanes;  // blocks per step
-    const int first = (threadIdx.x % (a.split * 32)) / D::kLanes;
+    const Share<D> sh(a);
+    const int64_t nb = sh.nb, step = sh.step;
     const float* xt[NT];  // token t's x; tokens past nt repeat the last one (computed, never written)
 #pragma unroll
     for (int t = 0; t < NT; ++t) xt[t] = a.x + (t < a.nt ? t : a.nt - 1) * a.n_in;
-    for (int64_t b0 = first; b0 < nb; b0 += step * kUnroll) {
+    for (int64_t b0 = sh.first; b0 < nb; b0 += step * kUnroll) {
         typename D::Raw raw[kUnroll][R];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
             for (int m = 0; m < R; ++m)
-                if (b0 + u * step < nb) raw[u][m] = D::load(rows[m] + (b0 + u * step) * D::kBytes, sub);
+                if (b0 + u * step < nb) raw[u][m] = D::load(rows[m] + (b0 + u * step) * D::kBytes, sh.sub);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int64_t b = b0 + u * step;
             if (b >= nb) break;
             if constexpr (D::kRuns == 0)
-                step_dense<D, NT, R>(raw[u], sub, b, xt, acc);
+                step_dense<D, NT, R>(raw[u], sh.sub, b, xt, acc);
             else
-                step_levels<D, NT, R>(raw[u], sub, b, xt, acc);
+                step_levels<D, NT, R>(raw[u], sh.sub, b, xt, acc);
         }
     }
 }
@@ -174,6 +201,9 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
         const int64_t r = r0 + m % kOut;
         rows[m] = a.w[m / kOut] + (r < a.n_out ? r : a.n_out - 1) * a.row_bytes;
     }
+    prefetch_weights<D, R>(a, rows);
+    wait_for_inputs();
+    release_next();
     float acc[R][NT] = {};
     accumulate<D, NT, R>(a, rows, acc);
     reduce<NT, R>(acc, red, a.split);
@@ -232,13 +262,25 @@ Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu) 
     return fill(smallest).second;
 }
 
+// Bytes of weights a matvec prefetches into L2 before its input is ready: all of a small matrix, the
+// first steps of a large one (well below the H200's 50 MB of L2, so the lines survive until read).
+constexpr double kPrefetchBytes = 16 << 20;
+
+// Steps each thread prefetches: all of them when the matrix fits kPrefetchBytes, else that share.
+template <class D, bool kSwiglu>
+int prefetch_steps(const MatvecArgs& a) {
+    const int64_t step = a.split * 32 / D::kLanes, steps = (a.n_in / D::kElems + step - 1) / step;
+    const double bytes = double(a.n_out) * double(a.row_bytes) * (kSwiglu ? 2 : 1);
+    return int(std::ceil(double(steps) * std::min(1.0, kPrefetchBytes / bytes)));
+}
+
 template <class D, int NT, int R, bool kSwiglu>
 void launch_rows(MatvecArgs a, Stream s) {
     constexpr int kOut = kSwiglu ? R / 2 : R;
+    a.prefetch = prefetch_steps<D, kSwiglu>(a);
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
-    matvec_kernel<D, NT, R, kSwiglu><<<unsigned(grid), kWarps * 32, 0, s>>>(a);
-    MINFER_CUDA_CHECK(cudaGetLastError());
+    launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu>, unsigned(grid), kWarps * 32, 0, s, a);
 }
 
 template <class D, int NT, bool kSwiglu>
@@ -255,7 +297,7 @@ void launch_nt(MatvecArgs a, Stream s) {
 }
 
 template <class D, bool kSwiglu>
-void launch(const MatvecArgs& a, Stream s) {
+void launch_tokens(const MatvecArgs& a, Stream s) {
     if (a.nt <= 1) return launch_nt<D, 1, kSwiglu>(a, s);
     if (a.nt <= 2) return launch_nt<D, 2, kSwiglu>(a, s);
     if (a.nt <= 4) return launch_nt<D, 4, kSwiglu>(a, s);
@@ -273,8 +315,8 @@ void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float*
         if (D::kWidth == 4) check_layout(w.type, w.n_in, x, 16, "matvec input");
         if (w.n_out == 0) return;
         const auto* p = static_cast<const uint8_t*>(w.data);
-        MatvecArgs a{{p, w2}, w.n_in, w.n_out, row_bytes<D>(w.n_in), x, int(nt), 1, y, bias, res};
-        launch<D, kSwiglu>(a, s);
+        MatvecArgs a{{p, w2}, w.n_in, w.n_out, row_bytes<D>(w.n_in), x, int(nt), 1, y, bias, res, 0};
+        launch_tokens<D, kSwiglu>(a, s);
     });
 }
 
