@@ -3,13 +3,14 @@
 // the weight bytes streamed per second and its fraction of the device-to-device copy bandwidth measured
 // in the same run (read + write bytes / time), the practical ceiling of a streaming kernel.
 //
-//   bench_cuda_matvec [iterations]
+//   bench_cuda_matvec [iterations] [shape] [type]   (shape and type, e.g. 7b.gate_up Q4_K, select one row)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/quants.h"
@@ -117,6 +118,7 @@ void bench(const Shape& sh, GgmlType t, int iters, double peak, cudaStream_t s, 
 
 int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 200;
+    const std::string only_shape = argc > 2 ? argv[2] : "", only_type = argc > 3 ? argv[3] : "";
     cudaStream_t s;
     check(cudaStreamCreate(&s));
     const double peak = copy_bandwidth(s);
@@ -124,7 +126,10 @@ int main(int argc, char** argv) {
     std::printf("| shape | type | us/call | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
     std::mt19937 rng(7);
     for (const Shape& sh : kShapes)
-        for (GgmlType t : kTypes)
-            if (sh.n_in % quant_traits(t)->block_size == 0) bench(sh, t, iters, peak, s, rng);
+        for (GgmlType t : kTypes) {
+            const bool picked = (only_shape.empty() || only_shape == sh.name) &&
+                                (only_type.empty() || only_type == quant_traits(t)->name);
+            if (picked && sh.n_in % quant_traits(t)->block_size == 0) bench(sh, t, iters, peak, s, rng);
+        }
     return 0;
 }

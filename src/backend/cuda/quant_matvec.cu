@@ -7,7 +7,9 @@
 // lanes read consecutive weight bytes. Every weight is read once, and each x load serves all R rows; per
 // token, each lane accumulates in f32, then a warp shuffle and a shared-memory sum over the group's warps
 // finish the dot products. Quantized weights are never turned into floats: each level multiplies x as a
-// subnormal (see step_levels).
+// subnormal (see step_levels). For one token the thread block first copies x into shared memory, scaled
+// and permuted so that each warp-wide x load reads consecutive 16-byte words, with the sums of x that each
+// lane's affine runs need (see SharedX); more tokens read x from global memory (GlobalX).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -71,10 +73,11 @@ __device__ __forceinline__ void step_dense(const typename D::Raw (&raw)[R], int 
 
 // One step of a quantized type, one run (groups sharing an affine map value = a * level + b) at a time:
 // s = sum level * x (subnormal levels times x * kTinyX: one FMA per weight) and sx = sum x, then
-// acc += a * s + b * sx. The x work is shared by the R rows.
-template <class D, int NT, int R>
-__device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int sub, int64_t b,
-                                            const float* const (&xt)[NT], float (&acc)[R][NT]) {
+// acc += a * s + b * sx. The x work is shared by the R rows; X supplies x * kTinyX and sx (GlobalX,
+// SharedX).
+template <class D, int NT, int R, class X>
+__device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int sub, int64_t b, const X& x,
+                                            float (&acc)[R][NT]) {
     constexpr int kPerRun = D::kGroups / D::kRuns;
     typename D::Scales sc[R];
 #pragma unroll
@@ -89,17 +92,16 @@ __device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int
             for (int m = 0; m < R; ++m) q[m] = D::levels(raw[m], sub, g);
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                float xv[4];
-                load_x<4>(xt[t] + b * D::kElems + D::offset(sub, g), xv);
+                float xs[4];
+                x.scaled(t, b, sub, g, xs, sx[t]);
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    sx[t] += xv[i];
-                    const float xs = xv[i] * kTinyX;
+                for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int m = 0; m < R; ++m) s[m][t] = fmaf(level_tiny(q[m], i), xs, s[m][t]);
-                }
+                    for (int m = 0; m < R; ++m) s[m][t] = fmaf(level_tiny(q[m], i), xs[i], s[m][t]);
             }
         }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) x.run_sum(t, b, sub, run, sx[t]);
 #pragma unroll
         for (int m = 0; m < R; ++m) {
             const float2 ab = D::affine(raw[m], sc[m], sub, run);
@@ -109,6 +111,85 @@ __device__ __forceinline__ void step_levels(const typename D::Raw (&raw)[R], int
         }
     }
 }
+
+// x of NT tokens read from global memory: each group's four values, summed into sx as they arrive.
+template <class D, int NT>
+struct GlobalX {
+    static constexpr bool kPrologue = false;
+    const float* xt[NT];  // token t's x; tokens past nt repeat the last one (computed, never written)
+    __device__ explicit GlobalX(const MatvecArgs& a) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) xt[t] = a.x + (t < a.nt ? t : a.nt - 1) * a.n_in;
+    }
+    __device__ void prepare(const MatvecArgs&) const {}
+    __device__ void scaled(int t, int64_t b, int sub, int g, float (&xs)[4], float& sx) const {
+        float v[4];
+        load_x<4>(xt[t] + b * D::kElems + D::offset(sub, g), v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sx += v[i], xs[i] = v[i] * kTinyX;
+    }
+    __device__ void run_sum(int, int64_t, int, int, float&) const {}
+};
+
+// x of one token in shared memory, laid out per warp step: the kChunk elements of the kBlocks blocks that
+// one warp step covers are stored group by group, lane by lane, so that lane l's group g of the step is
+// the 16-byte word g * 32 + l, already times kTinyX; after them, each lane's sum of x over each run.
+template <class D>
+struct SharedX {
+    static constexpr bool kPrologue = true;
+    static constexpr int kBlocks = 32 / D::kLanes, kChunk = kBlocks * D::kElems;
+    float* words;  // [steps * kChunk] scaled x, then [steps * kRuns * 32] run sums
+    int64_t steps;
+    __device__ SharedX(const MatvecArgs& a, float* smem) : words(smem), steps(chunks(a.n_in)) {}
+    __host__ __device__ static int64_t chunks(int64_t n_in) {
+        return (n_in / D::kElems + kBlocks - 1) / kBlocks;
+    }
+    __host__ __device__ static size_t bytes(int64_t n_in) {
+        return size_t(chunks(n_in)) * (kChunk + D::kRuns * 32) * sizeof(float);
+    }
+    // Fills the layout from x (the whole thread block, then a barrier).
+    __device__ void prepare(const MatvecArgs& a) const {
+        const int64_t nb = a.n_in / D::kElems, items = steps * D::kRuns * 32;
+        for (int64_t k = threadIdx.x; k < items; k += blockDim.x) {
+            const int64_t step = k / (D::kRuns * 32);
+            const int run = int(k / 32 % D::kRuns), lane = int(k % 32), sub = lane % D::kLanes;
+            const int64_t b = step * kBlocks + lane / D::kLanes;
+            if (b >= nb) continue;
+            float sx = 0.0f;
+            for (int g = run * (D::kGroups / D::kRuns); g < (run + 1) * (D::kGroups / D::kRuns); ++g) {
+                float v[4];
+                load_x<4>(a.x + b * D::kElems + D::offset(sub, g), v);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sx += v[i], v[i] *= kTinyX;
+                reinterpret_cast<float4*>(words)[step * kChunk / 4 + g * 32 + lane] =
+                    make_float4(v[0], v[1], v[2], v[3]);
+            }
+            words[steps * kChunk + k] = sx;
+        }
+        __syncthreads();
+    }
+    // Index of the thread's 16-byte word of group 0 in block b's step (the thread's lane of the step).
+    __device__ static uint32_t first_word(int64_t b, int sub) {
+        const uint32_t ub = uint32_t(b);
+        return ub / kBlocks * (kChunk / 4) + ub % kBlocks * D::kLanes + uint32_t(sub);
+    }
+    __device__ void scaled(int, int64_t b, int sub, int g, float (&xs)[4], float&) const {
+        const float4 v = reinterpret_cast<const float4*>(words)[first_word(b, sub) + g * 32];
+        xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
+    }
+    __device__ void run_sum(int, int64_t b, int sub, int run, float& sx) const {
+        const uint32_t ub = uint32_t(b), lane = ub % kBlocks * D::kLanes + uint32_t(sub);
+        sx = words[steps * kChunk + (ub / kBlocks * D::kRuns + run) * 32 + lane];
+    }
+};
+
+// Longest x that goes through shared memory (SharedX), for one token of a quantized type: 34 KB with
+// the run sums. Longer rows (7B's down projection) read x from global memory, where its L1 hits beat
+// each thread block copying the whole row out of L2 (32 vs 21 us per down projection of Qwen2.5-7B).
+constexpr int64_t kSharedXMaxIn = 8192;
+
+template <class D, int NT>
+constexpr bool kSharedXType = NT == 1 && D::kRuns > 0;
 
 // This thread's share of each row: blocks first, first + step, ... < nb; its part `sub` of each.
 template <class D>
@@ -134,31 +215,44 @@ __device__ void prefetch_weights(const MatvecArgs& a, const uint8_t* const (&row
         for (int m = 0; m < R; ++m) prefetch_l2(rows[m] + b * D::kBytes + sh.sub * D::kBytes / D::kLanes);
 }
 
-// acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows.
-template <class D, int NT, int R>
-__device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], float (&acc)[R][NT]) {
+// Loads the weights of kUnroll steps from block b0 on.
+template <class D, int R, int kUnroll>
+__device__ __forceinline__ void load_steps(const uint8_t* const (&rows)[R], const Share<D>& sh, int64_t b0,
+                                           typename D::Raw (&raw)[kUnroll][R]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int m = 0; m < R; ++m)
+            if (b0 + u * sh.step < sh.nb)
+                raw[u][m] = D::load(rows[m] + (b0 + u * sh.step) * D::kBytes, sh.sub);
+}
+
+// acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows. When x needs a prologue
+// (SharedX), the first weights are loaded before it, and before waiting for the previous kernel (they do
+// not depend on it); GlobalX loads each step's weights right before using them.
+template <class D, int NT, int R, class X>
+__device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], const X& x,
+                           float (&acc)[R][NT]) {
     constexpr int kUnroll = R * sizeof(typename D::Raw) <= 64 ? 2 : 1;  // steps loaded ahead
+    constexpr bool kEarly = X::kPrologue;  // loading early measured slower for GlobalX (7B down: 24 vs 22 us)
     const Share<D> sh(a);
-    const int64_t nb = sh.nb, step = sh.step;
-    const float* xt[NT];  // token t's x; tokens past nt repeat the last one (computed, never written)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) xt[t] = a.x + (t < a.nt ? t : a.nt - 1) * a.n_in;
-    for (int64_t b0 = sh.first; b0 < nb; b0 += step * kUnroll) {
-        typename D::Raw raw[kUnroll][R];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-            for (int m = 0; m < R; ++m)
-                if (b0 + u * step < nb) raw[u][m] = D::load(rows[m] + (b0 + u * step) * D::kBytes, sh.sub);
+    typename D::Raw raw[kUnroll][R];
+    if constexpr (kEarly) load_steps<D, R, kUnroll>(rows, sh, sh.first, raw);
+    wait_for_inputs();
+    release_next();
+    x.prepare(a);
+    for (int64_t b0 = sh.first; b0 < sh.nb; b0 += sh.step * kUnroll) {
+        if constexpr (!kEarly) load_steps<D, R, kUnroll>(rows, sh, b0, raw);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int64_t b = b0 + u * step;
-            if (b >= nb) break;
+            const int64_t b = b0 + u * sh.step;
+            if (b >= sh.nb) break;
             if constexpr (D::kRuns == 0)
-                step_dense<D, NT, R>(raw[u], sh.sub, b, xt, acc);
+                step_dense<D, NT, R>(raw[u], sh.sub, b, x.xt, acc);
             else
-                step_levels<D, NT, R>(raw[u], sh.sub, b, xt, acc);
+                step_levels<D, NT, R>(raw[u], sh.sub, b, x, acc);
         }
+        if constexpr (kEarly) load_steps<D, R, kUnroll>(rows, sh, b0 + sh.step * kUnroll, raw);
     }
 }
 
@@ -189,10 +283,11 @@ __device__ void reduce(float (&acc)[R][NT], float (&red)[kWarps][R][NT], int spl
 
 // Rows of one group of `split` warps: matvec takes R consecutive rows of W; swiglu R / 2 rows of gate
 // and the same rows of up. Rows past n_out repeat the last row (computed, never written).
-template <class D, int NT, int R, bool kSwiglu>
+template <class D, int NT, int R, bool kSwiglu, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
     constexpr int kOut = kSwiglu ? R / 2 : R;  // output rows per warp group
     __shared__ float red[kWarps][R][NT];
+    extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
     const int warp = threadIdx.x / 32, lead = warp - warp % a.split;
     const int64_t r0 = (int64_t(blockIdx.x) * (kWarps / a.split) + warp / a.split) * kOut;
     const uint8_t* rows[R];
@@ -202,10 +297,11 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
         rows[m] = a.w[m / kOut] + (r < a.n_out ? r : a.n_out - 1) * a.row_bytes;
     }
     prefetch_weights<D, R>(a, rows);
-    wait_for_inputs();
-    release_next();
     float acc[R][NT] = {};
-    accumulate<D, NT, R>(a, rows, acc);
+    if constexpr (kShared)
+        accumulate<D, NT, R>(a, rows, SharedX<D>(a, reinterpret_cast<float*>(x_words)), acc);
+    else
+        accumulate<D, NT, R>(a, rows, GlobalX<D, NT>(a), acc);
     reduce<NT, R>(acc, red, a.split);
     const int lane = threadIdx.x % 32, t = lane % NT, m = lane / NT;
     const int64_t r = r0 + m;
@@ -280,7 +376,11 @@ void launch_rows(MatvecArgs a, Stream s) {
     a.prefetch = prefetch_steps<D, kSwiglu>(a);
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
-    launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu>, unsigned(grid), kWarps * 32, 0, s, a);
+    if constexpr (kSharedXType<D, NT>)
+        if (a.n_in <= kSharedXMaxIn)
+            return launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu, true>, unsigned(grid),
+                          kWarps * 32, SharedX<D>::bytes(a.n_in), s, a);
+    launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu, false>, unsigned(grid), kWarps * 32, 0, s, a);
 }
 
 template <class D, int NT, bool kSwiglu>
