@@ -147,8 +147,9 @@ struct SharedX {
     __host__ __device__ static size_t bytes(int64_t n_in) {
         return size_t(chunks(n_in)) * (kChunk + D::kRuns * 32) * sizeof(float);
     }
-    // Fills the layout from x (the whole thread block, then a barrier).
+    // Fills the layout from x (the whole thread block, then a barrier); GlobalX scales each group.
     __device__ void prepare(const MatvecArgs& a) const {
+        const GlobalX<D, 1> global(a);
         const int64_t nb = a.n_in / D::kElems, items = steps * D::kRuns * 32;
         for (int64_t k = threadIdx.x; k < items; k += blockDim.x) {
             const int64_t step = k / (D::kRuns * 32);
@@ -158,9 +159,7 @@ struct SharedX {
             float sx = 0.0f;
             for (int g = run * (D::kGroups / D::kRuns); g < (run + 1) * (D::kGroups / D::kRuns); ++g) {
                 float v[4];
-                load_x<4>(a.x + b * D::kElems + D::offset(sub, g), v);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) sx += v[i], v[i] *= kTinyX;
+                global.scaled(0, b, sub, g, v, sx);
                 reinterpret_cast<float4*>(words)[step * kChunk / 4 + g * 32 + lane] =
                     make_float4(v[0], v[1], v[2], v[3]);
             }
@@ -168,18 +167,16 @@ struct SharedX {
         }
         __syncthreads();
     }
-    // Index of the thread's 16-byte word of group 0 in block b's step (the thread's lane of the step).
-    __device__ static uint32_t first_word(int64_t b, int sub) {
-        const uint32_t ub = uint32_t(b);
-        return ub / kBlocks * (kChunk / 4) + ub % kBlocks * D::kLanes + uint32_t(sub);
-    }
-    __device__ void scaled(int, int64_t b, int sub, int g, float (&xs)[4], float&) const {
-        const float4 v = reinterpret_cast<const float4*>(words)[first_word(b, sub) + g * 32];
+    // Block b's step in the layout; b's lane of the step is the thread's lane (each thread's blocks are
+    // kBlocks * split apart and its first is its lane / kLanes).
+    __device__ static uint32_t step_of(int64_t b) { return uint32_t(b) / kBlocks; }
+    __device__ void scaled(int, int64_t b, int, int g, float (&xs)[4], float&) const {
+        const float4 v =
+            reinterpret_cast<const float4*>(words)[step_of(b) * (kChunk / 4) + g * 32 + threadIdx.x % 32];
         xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
     }
-    __device__ void run_sum(int, int64_t b, int sub, int run, float& sx) const {
-        const uint32_t ub = uint32_t(b), lane = ub % kBlocks * D::kLanes + uint32_t(sub);
-        sx = words[steps * kChunk + (ub / kBlocks * D::kRuns + run) * 32 + lane];
+    __device__ void run_sum(int, int64_t b, int, int run, float& sx) const {
+        sx = words[steps * kChunk + (step_of(b) * D::kRuns + run) * 32 + threadIdx.x % 32];
     }
 };
 
@@ -281,10 +278,17 @@ __device__ void reduce(float (&acc)[R][NT], float (&red)[kWarps][R][NT], int spl
     __syncthreads();
 }
 
+// Thread blocks per SM the register allocation must allow: R = 4 serves large matrices, whose loads
+// need more warps in flight (3 blocks: <= 80 registers; 7B Q4_K_M decode 378 vs 354 tok/s without a
+// bound, at 115 registers); fewer rows serve small matrices, which gain from 4 (<= 64 registers; 64 for
+// all costs 7B's large matrices 10%, 3 for all costs the 0.5B's small ones 3%).
+template <int R>
+constexpr int kMinBlocks = R == 4 ? 3 : 4;
+
 // Rows of one group of `split` warps: matvec takes R consecutive rows of W; swiglu R / 2 rows of gate
 // and the same rows of up. Rows past n_out repeat the last row (computed, never written).
 template <class D, int NT, int R, bool kSwiglu, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32) matvec_kernel(MatvecArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
     constexpr int kOut = kSwiglu ? R / 2 : R;  // output rows per warp group
     __shared__ float red[kWarps][R][NT];
     extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
