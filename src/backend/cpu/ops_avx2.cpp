@@ -73,6 +73,42 @@ inline float dot(const float* a, const float* b, int64_t n) {
     return s;
 }
 
+// The dots of q with the eight rows k + r * stride, r < 8, for hd % 8 == 0: one accumulator per row (a
+// chain of hd / 8 FMAs), then a transposing horizontal sum puts the eight dots in one vector.
+inline __m256 dot_8_rows(const float* q, const float* k, int64_t stride, int64_t hd) {
+    __m256 a[8];
+    for (auto& x : a) x = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + r * stride + d), a[r]);
+    }
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// s[j] = scale * (q . row j of k) for j < n (rows `stride` apart); returns max_j s[j]. Eight rows at a
+// time when hd % 8 == 0, the rest one by one.
+inline float scores(const float* q, const float* k, int64_t stride, int64_t n, int64_t hd, float scale,
+                    float* s) {
+    int64_t j = 0;
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    if (hd % 8 == 0)
+        for (; j + 8 <= n; j += 8) {
+            const __m256 sj = _mm256_mul_ps(_mm256_set1_ps(scale), dot_8_rows(q, k + j * stride, stride, hd));
+            _mm256_storeu_ps(s + j, sj);
+            mx8 = _mm256_max_ps(mx8, sj);
+        }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, mx8);
+    float mx = *std::max_element(lanes, lanes + 8);
+    for (; j < n; ++j) {
+        s[j] = scale * dot(q, k + j * stride, hd);
+        mx = std::max(mx, s[j]);
+    }
+    return mx;
+}
+
 // p[j] = e^(p[j] - mx) in place; returns their sum, accumulated in double.
 inline double exp_sum(float* p, int64_t n, float mx) {
     const __m256 m = _mm256_set1_ps(mx);
@@ -181,11 +217,7 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
     for (int64_t h = 0; h < n_head; ++h) {
         const float* qh = q + h * hd;
         const int64_t off = (h / group) * hd;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n_kv_rows; ++j) {
-            scratch[j] = scale * dot(qh, k + j * kv_stride + off, hd);
-            mx = std::max(mx, scratch[j]);
-        }
+        const float mx = scores(qh, k + off, kv_stride, n_kv_rows, hd, scale, scratch);
         const double sum = n_kv_rows > 0 ? exp_sum(scratch, n_kv_rows, mx) : 0.0;
         weighted_sum(scratch, v + off, kv_stride, n_kv_rows, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
     }
