@@ -120,15 +120,12 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
     float* out = bufs.data(n.id);
     const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
     scratch_.resize(size_t(pool_.size() * r.n_ctx));
-    pool_.run([&](int ith, int nth) {
-        float* scores = scratch_.data() + ith * r.n_ctx;
-        for (int64_t it = ith; it < items; it += nth) {
-            const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
-            const float* qt = q + t * q_stride + j * group * m.hd;
-            cpu::attention(qt, r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv,
-                           out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, m.nkt,
-                           int64_t(pos[t]) + 1, m.scale, scores);
-        }
+    pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
+        const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
+        const float* qt = q + t * q_stride + j * group * m.hd;
+        cpu::attention(qt, r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv,
+                       out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, m.nkt, int64_t(pos[t]) + 1,
+                       m.scale, scratch_.data() + ith * r.n_ctx);
     });
 }
 
@@ -209,57 +206,65 @@ void CpuBackend::fused_ffn(const CNode& n, const NodeBuffers& bufs) {
     const float* x = bufs.data(n.src[0]);
     matmul({m.gate, {}}, x, nt, gate);
     matmul({m.up, {}}, x, nt, up);
-    cpu::swiglu(gate, up, bufs.data(n.id), nt * nf);
+    float* out = bufs.data(n.id);
+    rows(nt, [&](int64_t t) { cpu::swiglu(gate + t * nf, up + t * nf, out + t * nf, nf); });
 }
 
 void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     float* out = bufs.data(n.id);
     auto in = [&](size_t i) { return bufs.data(n.src[i]); };
     const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
-    std::visit(Overload{
-                   [&](const op::GetRows&) {
-                       if (std::holds_alternative<meta::Weight>(n.meta)) return embedding(n, bufs);
-                       const int32_t* ids = ids_of(bufs, n.src[1]);
-                       for (int64_t t = 0; t < nt; ++t)
-                           std::memcpy(out + t * d, in(0) + int64_t(ids[t]) * d, size_t(d) * sizeof(float));
-                   },
-                   [&](const op::RmsNorm& o) {
-                       const float* w = vec(std::get<meta::Weight>(n.meta).weight);
-                       rows(nt, [&](int64_t t) { cpu::rms_norm(in(0) + t * d, w, out + t * d, d, o.eps); });
-                   },
-                   [&](const op::QkNorm& o) {
-                       const float* w = vec(std::get<meta::Weight>(n.meta).weight);
-                       rows(nt * o.nh, [&](int64_t r) {
-                           cpu::rms_norm(in(0) + r * o.hd, w, out + r * o.hd, o.hd, o.eps);
-                       });
-                   },
-                   [&](const op::MatMul& o) {
-                       matmul(std::get<meta::MatMul>(n.meta), in(0), nt, out);
-                       if (o.residual) cpu::add(out, in(1), out, numel);
-                   },
-                   [&](const op::Rope& o) {
-                       const auto& m = std::get<meta::Rope>(n.meta);
-                       const int32_t* pos = ids_of(bufs, n.src[1]);
-                       std::memcpy(out, in(0), size_t(numel) * sizeof(float));
-                       rows(nt, [&](int64_t t) {
-                           cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base,
-                                     o.style == RopeStyle::Neox);
-                       });
-                   },
-                   [&](const op::Attn&) { attention(g, n, bufs); },
-                   [&](const op::KvcacheStore& o) {
-                       kv_store_rows(bufs.kv().layer(o.layer), o.layer, ids_of(bufs, n.src[2]),
-                                     g[n.src[0]].shape[1], in(0), in(1));
-                   },
-                   [&](const op::Add&) { cpu::add(in(0), in(1), out, numel); },
-                   [&](const op::Mul&) { cpu::mul(in(0), in(1), out, numel); },
-                   [&](const op::Silu&) { cpu::silu(in(0), out, numel); },
-                   [&](const op::SwiGLU&) { cpu::swiglu(in(0), in(1), out, numel); },
-                   [&](const op::FusedFFN&) { fused_ffn(n, bufs); }, [&](const op::Input&) {},
-                   [&](const op::KvcacheLoad&) {},
-                   [&](const auto&) { fused_qkv(n, bufs); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
-               },
-               n.op);
+    std::visit(
+        Overload{
+            [&](const op::GetRows&) {
+                if (std::holds_alternative<meta::Weight>(n.meta)) return embedding(n, bufs);
+                const int32_t* ids = ids_of(bufs, n.src[1]);
+                for (int64_t t = 0; t < nt; ++t)
+                    std::memcpy(out + t * d, in(0) + int64_t(ids[t]) * d, size_t(d) * sizeof(float));
+            },
+            [&](const op::RmsNorm& o) {
+                const float* w = vec(std::get<meta::Weight>(n.meta).weight);
+                rows(nt, [&](int64_t t) { cpu::rms_norm(in(0) + t * d, w, out + t * d, d, o.eps); });
+            },
+            [&](const op::QkNorm& o) {
+                const float* w = vec(std::get<meta::Weight>(n.meta).weight);
+                rows(nt * o.nh,
+                     [&](int64_t r) { cpu::rms_norm(in(0) + r * o.hd, w, out + r * o.hd, o.hd, o.eps); });
+            },
+            [&](const op::MatMul& o) {
+                matmul(std::get<meta::MatMul>(n.meta), in(0), nt, out);
+                if (o.residual)
+                    rows(nt, [&](int64_t t) { cpu::add(out + t * d, in(1) + t * d, out + t * d, d); });
+            },
+            [&](const op::Rope& o) {
+                const auto& m = std::get<meta::Rope>(n.meta);
+                const int32_t* pos = ids_of(bufs, n.src[1]);
+                std::memcpy(out, in(0), size_t(numel) * sizeof(float));
+                rows(nt, [&](int64_t t) {
+                    cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base,
+                              o.style == RopeStyle::Neox);
+                });
+            },
+            [&](const op::Attn&) { attention(g, n, bufs); },
+            [&](const op::KvcacheStore& o) {
+                kv_store_rows(bufs.kv().layer(o.layer), o.layer, ids_of(bufs, n.src[2]), g[n.src[0]].shape[1],
+                              in(0), in(1));
+            },
+            [&](const op::Add&) {
+                rows(nt, [&](int64_t t) { cpu::add(in(0) + t * d, in(1) + t * d, out + t * d, d); });
+            },
+            [&](const op::Mul&) {
+                rows(nt, [&](int64_t t) { cpu::mul(in(0) + t * d, in(1) + t * d, out + t * d, d); });
+            },
+            [&](const op::Silu&) { rows(nt, [&](int64_t t) { cpu::silu(in(0) + t * d, out + t * d, d); }); },
+            [&](const op::SwiGLU&) {
+                rows(nt, [&](int64_t t) { cpu::swiglu(in(0) + t * d, in(1) + t * d, out + t * d, d); });
+            },
+            [&](const op::FusedFFN&) { fused_ffn(n, bufs); }, [&](const op::Input&) {},
+            [&](const op::KvcacheLoad&) {},
+            [&](const auto&) { fused_qkv(n, bufs); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
+        },
+        n.op);
 }
 
 }  // namespace minfer

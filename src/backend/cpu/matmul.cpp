@@ -71,15 +71,20 @@ const uint8_t* quantize_activation(QuantizeFn quantize, size_t bytes, const floa
     return buf.data();
 }
 
-// Prefill activations packed once per matmul (avx2::pack_tokens) into the calling thread's grow-only
-// buffer, which every worker then reads.
-const float* pack_activations(const float* x, int64_t nt, int64_t n_in) {
+// Prefill activations packed once per matmul (avx2::pack_tokens, token groups split between the
+// threads) into the calling thread's grow-only buffer, which every worker then reads.
+const float* pack_activations(const float* x, int64_t nt, int64_t n_in, ThreadPool& pool) {
     thread_local std::vector<float> buf;
-    const int64_t groups = (nt + avx2::kPanelTokens - 1) / avx2::kPanelTokens;
-    const auto floats = size_t(groups * avx2::kPanelTokens * n_in);
+    constexpr int64_t kGroup = avx2::kPanelTokens;
+    const int64_t groups = (nt + kGroup - 1) / kGroup;
+    const auto floats = size_t(groups * kGroup * n_in);
     if (buf.size() < floats) buf.resize(floats);
-    avx2::pack_tokens(x, nt, n_in, buf.data());
-    return buf.data();
+    float* xp = buf.data();
+    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+        const int64_t t0 = g0 * kGroup;
+        avx2::pack_tokens(x + t0 * n_in, std::min(nt, g1 * kGroup) - t0, n_in, xp + t0 * n_in);
+    });
+    return xp;
 }
 
 void int_rows(const MatmulArgs& a, VecDotFn dot, const uint8_t* xq, int64_t o0, int64_t o1) {
@@ -108,8 +113,11 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
         const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
     } else if (nt > 1 && cpu_has_avx2()) {
-        const float* xp = pack_activations(x, nt, n_in);
-        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { tiled_rows(a, xp, o0, o1); });
+        const float* xp = pack_activations(x, nt, n_in, pool);
+        const int64_t panels = (n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;
+        pool.for_each_dynamic(panels, [&](int64_t p, int) {
+            tiled_rows(a, xp, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
+        });
     } else {
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     }

@@ -35,6 +35,16 @@ class ThreadPool {
         });
     }
 
+    // Hands out items 0 .. n-1 in order, one at a time, to whichever thread is free: body(i, ith). For
+    // compute-bound items, which then finish together even when the threads run at different speeds.
+    template <class F>
+    void for_each_dynamic(int64_t n, F&& body) {
+        std::atomic<int64_t> next{0};
+        run([&](int ith, int) {
+            for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) body(i, ith);
+        });
+    }
+
   private:
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
