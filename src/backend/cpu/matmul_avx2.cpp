@@ -44,6 +44,23 @@ void micro(const float* panel, const float* xg, int64_t k0, int64_t k1, float* y
     (std::make_integer_sequence<int, T>{});
 }
 
+// c[j][i] = row i's element j, for the eight rows at p + i * stride; rows from n on read as zeros.
+inline void transpose_8x8(const float* p, int64_t stride, int64_t n, __m256 (&c)[8]) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = i < n ? _mm256_loadu_ps(p + i * stride) : _mm256_setzero_ps();
+    __m256 s[8];
+    for (int h = 0; h < 8; h += 4) {
+        const __m256 t0 = _mm256_unpacklo_ps(r[h], r[h + 1]), t1 = _mm256_unpackhi_ps(r[h], r[h + 1]);
+        const __m256 t2 = _mm256_unpacklo_ps(r[h + 2], r[h + 3]), t3 = _mm256_unpackhi_ps(r[h + 2], r[h + 3]);
+        s[h] = _mm256_shuffle_ps(t0, t2, 0x44), s[h + 1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+        s[h + 2] = _mm256_shuffle_ps(t1, t3, 0x44), s[h + 3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+    }
+    for (int j = 0; j < 4; ++j) {
+        c[j] = _mm256_permute2f128_ps(s[j], s[j + 4], 0x20);
+        c[j + 4] = _mm256_permute2f128_ps(s[j], s[j + 4], 0x31);
+    }
+}
+
 using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, bool);
 
 // Every token count up to kPanelTokens, so token tails run register-blocked too: kMicro[tokens - 1].
@@ -52,14 +69,32 @@ constexpr MicroFn kMicro[kPanelTokens] = {micro<1>, micro<2>, micro<3>, micro<4>
 }  // namespace
 
 void pack_tokens(const float* x, int64_t nt, int64_t n_in, float* xp) {
-    for (int64_t g = 0; g < nt; g += kPanelTokens)
-        for (int64_t k = 0; k < n_in; ++k)
+    for (int64_t g = 0; g < nt; g += kPanelTokens, xp += kPanelTokens * n_in) {
+        const int64_t nr = std::min(kPanelTokens, nt - g);
+        __m256 c[8];
+        int64_t k = 0;
+        for (; k + 8 <= n_in; k += 8) {  // column j holds tokens 0..5 of k + j (and two zeros)
+            transpose_8x8(x + g * n_in + k, n_in, nr, c);
+            for (int j = 0; j < 7; ++j) _mm256_storeu_ps(xp + (k + j) * kPanelTokens, c[j]);
+            float* last = xp + (k + 7) * kPanelTokens;  // its two zeros would spill past this k block
+            _mm_storeu_ps(last, _mm256_castps256_ps128(c[7]));
+            _mm_storel_pi(reinterpret_cast<__m64*>(last + 4), _mm256_extractf128_ps(c[7], 1));
+        }
+        for (; k < n_in; ++k)
             for (int64_t t = 0; t < kPanelTokens; ++t)
-                xp[g * n_in + k * kPanelTokens + t] = g + t < nt ? x[(g + t) * n_in + k] : 0.0f;
+                xp[k * kPanelTokens + t] = t < nr ? x[(g + t) * n_in + k] : 0.0f;
+    }
 }
 
 void pack_panel(const float* w, int64_t nr, int64_t n_in, float* panel) {
-    for (int64_t k = 0; k < n_in; ++k)
+    int64_t k = 0;
+    for (; k + 8 <= n_in; k += 8)
+        for (int64_t h = 0; h < kPanelRows; h += 8) {
+            __m256 c[8];
+            transpose_8x8(w + h * n_in + k, n_in, std::max<int64_t>(0, std::min<int64_t>(8, nr - h)), c);
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(panel + (k + j) * kPanelRows + h, c[j]);
+        }
+    for (; k < n_in; ++k)
         for (int64_t r = 0; r < kPanelRows; ++r) panel[k * kPanelRows + r] = r < nr ? w[r * n_in + k] : 0.0f;
 }
 
