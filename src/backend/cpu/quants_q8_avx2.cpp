@@ -304,22 +304,27 @@ inline void x2_scaled_step(__m256i w, __m256i sc254, __m256i sc, float dw, const
     acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(p), acc);
 }
 
-// Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j; the minimum
-// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
+// Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j, its merged
+// integer sum scaled by (d_w * scale_j, exact in f32) * d, so no integer multiply applies the 6-bit
+// scale; the minimum terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
 template <class Block>
 float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const Block*>(w);
     const auto* y = static_cast<const BlockQ8X2*>(xq);
-    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi16(1), c254 = _mm256_set1_epi16(254);
+    const auto step = [&](__m256i levels, float scale, const BlockQ8X2& yj, __m256& acc) {
+        const __m256i p = x2_sum<false>(levels, yj, c254, one);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * yj.d), _mm256_cvtepi32_ps(p), acc);
+    };
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
         const BlockQ8X2* yi = y + 8 * i;
-        __m128i scales128, mins;
-        k_scales_mins(b[i].scales, &scales128, &mins);
-        const __m256i scales = _mm256_broadcastsi128_si256(scales128);
-        const __m256i scales254 = _mm256_mullo_epi16(scales, _mm256_set1_epi16(254));
-        const float dw = half_to_float(b[i].d);
+        __m128i scales, mins;
+        k_scales_mins(b[i].scales, &scales, &mins);
+        alignas(32) float ds[8];  // d_w * scale_j
+        _mm256_store_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales))));
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m256i q = load32(b[i].qs + 32 * p);
@@ -329,10 +334,8 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
                 lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
                 hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
             }
-            x2_scaled_step<false>(lo, broadcast_i16(scales254, 2 * p), broadcast_i16(scales, 2 * p), dw,
-                                  yi[2 * p], acc0);
-            x2_scaled_step<false>(hi, broadcast_i16(scales254, 2 * p + 1), broadcast_i16(scales, 2 * p + 1),
-                                  dw, yi[2 * p + 1], acc1);
+            step(lo, ds[2 * p], yi[2 * p], acc0);
+            step(hi, ds[2 * p + 1], yi[2 * p + 1], acc1);
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
