@@ -296,26 +296,22 @@ float k_type1_vec_dot(const void* w, const void* xq, int64_t n) {
     return acc;
 }
 
-// int8x2 step of a K-quant group of 32 levels w with scales sc (sc254 = 254 sc) against activation
-// block y: the merged integer sum times d_w * d into acc.
+// int8x2 step of a K-quant group of 32 levels w against activation block y: the merged integer sum of
+// each int32 lane (four levels) times scale * d into acc, scale holding d_w times the lane's sub-block
+// scale (exact in f32), so no integer multiply applies the sub-block scales.
 template <bool kSigned>
-inline void x2_scaled_step(__m256i w, __m256i sc254, __m256i sc, float dw, const BlockQ8X2& y, __m256& acc) {
-    const __m256i p = x2_sum<kSigned>(w, y, sc254, sc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(p), acc);
+inline void x2_scaled_step(__m256i w, __m256 scale, const BlockQ8X2& y, __m256& acc) {
+    const __m256i p = x2_sum<kSigned>(w, y, _mm256_set1_epi16(254), _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(p), acc);
 }
 
-// Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j, its merged
-// integer sum scaled by (d_w * scale_j, exact in f32) * d, so no integer multiply applies the 6-bit
-// scale; the minimum terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
+// Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j; the minimum
+// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
 template <class Block>
 float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const Block*>(w);
     const auto* y = static_cast<const BlockQ8X2*>(xq);
-    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi16(1), c254 = _mm256_set1_epi16(254);
-    const auto step = [&](__m256i levels, float scale, const BlockQ8X2& yj, __m256& acc) {
-        const __m256i p = x2_sum<false>(levels, yj, c254, one);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * yj.d), _mm256_cvtepi32_ps(p), acc);
-    };
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
@@ -334,8 +330,8 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
                 lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
                 hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
             }
-            step(lo, ds[2 * p], yi[2 * p], acc0);
-            step(hi, ds[2 * p + 1], yi[2 * p + 1], acc1);
+            x2_scaled_step<false>(lo, _mm256_broadcast_ss(ds + 2 * p), yi[2 * p], acc0);
+            x2_scaled_step<false>(hi, _mm256_broadcast_ss(ds + 2 * p + 1), yi[2 * p + 1], acc1);
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
@@ -392,7 +388,11 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(BlockQ6K)>(b + i);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
-        const float dw = half_to_float(b[i].d);
+        const __m256 dw = _mm256_set1_ps(half_to_float(b[i].d));
+        alignas(32) float ds[16];  // d_w * the scale of each 16-element sub-block
+        _mm256_store_ps(ds, _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))));
+        _mm256_store_ps(ds + 8,
+                        _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             __m256i g[4];
@@ -400,9 +400,12 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const __m256i q = _mm256_sub_epi8(g[k], _mm256_set1_epi8(32));
-                const __m256i sc = q6_k_group_scales(sc8, h, k);
-                x2_scaled_step<true>(q, _mm256_mullo_epi16(sc, _mm256_set1_epi16(254)), sc, dw,
-                                     y[8 * i + 4 * h + k], k & 1 ? acc1 : acc0);
+                const int s = 2 * (4 * h + k);  // sub-blocks s (lanes 0..3) and s + 1 (lanes 4..7)
+                const __m256 pair = _mm256_castps128_ps256(
+                    _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + s))));
+                const __m256 scale =
+                    _mm256_permutevar8x32_ps(pair, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+                x2_scaled_step<true>(q, scale, y[8 * i + 4 * h + k], k & 1 ? acc1 : acc0);
             }
         }
     }
