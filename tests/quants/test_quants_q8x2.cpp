@@ -84,8 +84,8 @@ TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
 }
 
 // The reference scales each block's exact sum q . (254 hi + lo) in double; the SIMD version converts its
-// 8 int32 lanes to f32 (rounded past 2^24) and accumulates them times d_w * d (Q4_K / Q5_K: times
-// (d_w * the 6-bit scale, exact) * d, one rounding as well) in 8 f32 lanes, the minimum terms (unsigned
+// 8 int32 lanes to f32 (rounded past 2^24) and accumulates them times d_w * d (K-quants: times
+// (d_w * the sub-block scale, exact) * d, one rounding as well) in 8 f32 lanes, the minimum terms (unsigned
 // levels with m_w * s, for Q4_0 / Q5_0 too, where the reference uses signed levels) in their own chain, then
 // reduces: every term passes through at most n/16 + 16 roundings, so |simd - ref| <= (n/16 + 16) u sum_i
 // (|w_i - mu_i| + |mu_i|) |x2_i|.

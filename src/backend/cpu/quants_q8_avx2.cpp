@@ -181,23 +181,23 @@ inline void block32_step(const typename Dec::Block& b, const BlockQ8A& y, __m256
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
 
-// int8x2: sum_l sc_l w_l (254 hi_l + lo_l) of 32 levels w (signed ones through the sign trick, |w|
-// computed once) in 8 int32 lanes, with 16-bit lane scales sc and sc254 = 254 sc. No overflow: the
-// byte-pair sums are at most 2 * 128 * 127 and 254 |sc| <= 32512, so a lane stays below 2^31.
+// int8x2: sum_l w_l (254 hi_l + lo_l) of 32 levels w (signed ones through the sign trick, |w| computed
+// once), four levels per int32 lane. No overflow: the byte-pair sums are at most 2 * 128 * 127, so a lane
+// stays below 2 * 255 * 32512 < 2^31.
 template <bool kSigned>
-inline __m256i x2_sum(__m256i w, const BlockQ8X2& y, __m256i sc254, __m256i sc) {
+inline __m256i x2_sum(__m256i w, const BlockQ8X2& y) {
     __m256i a = w, hi = load32(y.hi), lo = load32(y.lo);
     if constexpr (kSigned)
         a = _mm256_sign_epi8(w, w), hi = _mm256_sign_epi8(hi, w), lo = _mm256_sign_epi8(lo, w);
-    return _mm256_add_epi32(_mm256_madd_epi16(sc254, _mm256_maddubs_epi16(a, hi)),
-                            _mm256_madd_epi16(sc, _mm256_maddubs_epi16(a, lo)));
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi16(254), _mm256_maddubs_epi16(a, hi)),
+                            _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(a, lo)));
 }
 
 // int8x2: the levels unpacked once, their merged sum scaled by d_w * d; the minimum term as for int8,
 // with the block sum of the represented x.
 template <class Dec>
 inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, __m256& acc, float& summ) {
-    const __m256i p = x2_sum<Dec::kSigned>(Dec::levels(b), y, _mm256_set1_epi16(254), _mm256_set1_epi16(1));
+    const __m256i p = x2_sum<Dec::kSigned>(Dec::levels(b), y);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
@@ -301,7 +301,7 @@ float k_type1_vec_dot(const void* w, const void* xq, int64_t n) {
 // scale (exact in f32), so no integer multiply applies the sub-block scales.
 template <bool kSigned>
 inline void x2_scaled_step(__m256i w, __m256 scale, const BlockQ8X2& y, __m256& acc) {
-    const __m256i p = x2_sum<kSigned>(w, y, _mm256_set1_epi16(254), _mm256_set1_epi16(1));
+    const __m256i p = x2_sum<kSigned>(w, y);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(p), acc);
 }
 
