@@ -33,6 +33,21 @@ __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {  // 32 bits from a 2-byte aligned address
     return ld16(p) | ld16(p + 2) << 16;
 }
+// The N 32-bit words at the 2-byte aligned address p, from N aligned 32-bit loads and one 16-bit load joined
+// by funnel shifts (about half the load instructions of 16-bit pieces). When p is 2 mod 4 the first load
+// also reads the two bytes before p, which lie in the matrix: matrices start 16-byte aligned.
+template <int N>
+__device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
+    const auto* a = reinterpret_cast<const unsigned int*>(uintptr_t(p) & ~uintptr_t(3));
+    const uint32_t shift = (uintptr_t(p) & 2) * 8;
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = __ldg(a + i);
+    v[N] = ld16(p + 4 * N - 2);
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], shift);
+}
+
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int k) {
     return (w >> (8 * k)) & 0xFF;
 }
@@ -110,22 +125,15 @@ struct DecQ8_0 {
     __device__ static Raw load(const uint8_t* b, int sub) {
         Raw r;
         r.d = ld16(b);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) r.qs[c] = ld32_a2(b + 2 + 16 * sub + 4 * c);
+        ld_words_a2(b + 2 + 16 * sub, r.qs);
         return r;
     }
-    __device__ static Scales scales(const Raw& r, int) {
-        return {h2f(r.d)};
-    }
-    __device__ static int offset(int sub, int g) {
-        return 16 * sub + 4 * g;
-    }
+    __device__ static Scales scales(const Raw& r, int) { return {h2f(r.d)}; }
+    __device__ static int offset(int sub, int g) { return 16 * sub + 4 * g; }
     __device__ static uint32_t levels(const Raw& r, int, int g) {
         return r.qs[g] ^ 0x80808080u;  // q + 128 in every byte
     }
-    __device__ static float2 affine(const Raw&, const Scales& sc, int, int) {
-        return {sc.d, -128.0f * sc.d};
-    }
+    __device__ static float2 affine(const Raw&, const Scales& sc, int, int) { return {sc.d, -128.0f * sc.d}; }
     __device__ static void group(const Raw& r, const Scales& sc, int sub, int g, float (&w)[4]) {
         const uint32_t biased = levels(r, sub, g);
 #pragma unroll
@@ -163,7 +171,7 @@ struct DecBlock32 {
         } else {  // 18- and 22-byte blocks: 2-byte aligned
             r.dm = ld16(b);
             if constexpr (kQ5) r.qh = ld32_a2(b + 2);
-            r.qs[0] = ld32_a2(b + kHead + 8 * sub), r.qs[1] = ld32_a2(b + kHead + 8 * sub + 4);
+            ld_words_a2(b + kHead + 8 * sub, r.qs);
         }
         return r;
     }
@@ -270,11 +278,8 @@ struct DecQ6K {
     __device__ static Raw load(const uint8_t* b, int sub) {
         const int h = sub / 4, e = (sub / 2) % 2, l = 16 * (sub % 2);
         Raw r;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            r.ql[c] = ld32_a2(b + 16 * sub + 4 * c);
-            r.qh[c] = ld32_a2(b + 128 + 32 * h + l + 4 * c);
-        }
+        ld_words_a2(b + 16 * sub, r.ql);
+        ld_words_a2(b + 128 + 32 * h + l, r.qh);
         const auto* scales = reinterpret_cast<const signed char*>(b + 192 + 8 * h + 2 * e + l / 16);
         r.sc[0] = __ldg(scales), r.sc[1] = __ldg(scales + 4);
         r.d = ld16(b + 208);
