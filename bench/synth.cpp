@@ -1,10 +1,12 @@
 // minfer-synth PRESET TYPE OUT.gguf [--vocab FILE] [--seed N]: a random-valued GGUF with the exact tensor
 // shapes of a real model, for benchmarks (speed depends on shapes and types, not on the values).
 //
-// TYPE is the type of every 2-D matrix (norms and biases stay F32). llama.cpp's mixes are approximated by
-// one type: Q4_K_M means Q4_K everywhere (the real mix puts attn_v, half of ffn_down and the output in
-// Q6_K), Q5_K_M means Q5_K. Matrices whose rows a 256-element K-quant cannot hold (qwen2.5-0.5b's 896)
-// fall back as llama-quantize does, to the nearest type minfer has: Q4_K -> Q4_0, Q5_K/Q6_K -> Q8_0.
+// TYPE is the type of every 2-D matrix (norms and biases stay F32), except in the _M mixes, which follow
+// llama-quantize: Q4_K_M and Q5_K_M put the output (the embedding when tied), and attn_v and ffn_down of
+// the first and last eighth of the layers and every third layer between, in Q6_K; the rest in Q4_K or
+// Q5_K. Matrices whose rows a 256-element K-quant cannot hold (qwen2.5-0.5b's 896) fall back as
+// llama-quantize does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (so the qwen2.5-0.5b Q4_K_M has
+// llama.cpp's type census: Q5_0 132, Q8_0 13, Q4_K 12, Q6_K 12).
 //
 // --vocab copies the tokenizer.* metadata of a vocabulary GGUF (e.g. ../shared/models/qwen-vocab.gguf),
 // padding the token list with unused "[PADn]" tokens up to the embedding's rows, so that `minfer run -p`
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gguf/gguf.h"
@@ -42,19 +45,30 @@ SynthSpec preset(const std::string& name) {
     return it->second;
 }
 
-// Sets the matrix type and its fallback for rows the type's blocks do not divide.
+// Sets the matrix types and their fallbacks for rows the types' blocks do not divide.
 void set_type(SynthSpec& s, const std::string& name) {
-    static const std::map<std::string, std::pair<GgmlType, GgmlType>> types = {
-        {"F16", {GgmlType::F16, GgmlType::F16}},      {"BF16", {GgmlType::BF16, GgmlType::BF16}},
-        {"Q8_0", {GgmlType::Q8_0, GgmlType::Q8_0}},   {"Q4_0", {GgmlType::Q4_0, GgmlType::Q4_0}},
-        {"Q6_K", {GgmlType::Q6_K, GgmlType::Q8_0}},   {"Q5_K", {GgmlType::Q5_K, GgmlType::Q8_0}},
-        {"Q5_K_M", {GgmlType::Q5_K, GgmlType::Q8_0}}, {"Q4_K", {GgmlType::Q4_K, GgmlType::Q4_0}},
-        {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q4_0}},
+    struct Mix {
+        GgmlType type, fallback;
+        std::optional<GgmlType> more_bits, more_bits_fallback;
+    };
+    const GgmlType q6 = GgmlType::Q6_K, q8 = GgmlType::Q8_0;
+    static const std::map<std::string, Mix> types = {
+        {"F16", {GgmlType::F16, GgmlType::F16}},
+        {"BF16", {GgmlType::BF16, GgmlType::BF16}},
+        {"Q8_0", {q8, q8}},
+        {"Q4_0", {GgmlType::Q4_0, GgmlType::Q4_0}},
+        {"Q6_K", {q6, q8}},
+        {"Q5_K", {GgmlType::Q5_K, GgmlType::Q5_1}},
+        {"Q5_K_M", {GgmlType::Q5_K, GgmlType::Q5_1, q6, q8}},
+        {"Q4_K", {GgmlType::Q4_K, GgmlType::Q5_0}},
+        {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q5_0, q6, q8}},
     };
     const auto it = types.find(name);
     if (it == types.end()) throw minfer::Error("unknown type " + name);
-    s.type = it->second.first;
-    s.fallback_type = it->second.second;
+    s.type = it->second.type;
+    s.fallback_type = it->second.fallback;
+    s.more_bits_type = it->second.more_bits;
+    s.more_bits_fallback = it->second.more_bits_fallback;
 }
 
 // `value` (an array) extended to `n` items with `pad(i)`.

@@ -16,9 +16,13 @@ class SynthWriter {
   public:
     explicit SynthWriter(const SynthSpec& s) : s_(s), rng_(s.seed) {}
 
-    // A [n_in, n_out] matrix, values ~ N(0, 1/n_in) so activations keep their scale through layers.
-    void matrix(const std::string& name, int64_t n_in, int64_t n_out) {
-        const GgmlType type = fits(s_.type, n_in) ? s_.type : s_.fallback_type.value_or(s_.type);
+    // A [n_in, n_out] matrix, values ~ N(0, 1/n_in) so activations keep their scale through layers; of
+    // the mix's more-bits type when `more_bits` and the spec has one.
+    void matrix(const std::string& name, int64_t n_in, int64_t n_out, bool more_bits = false) {
+        const bool mix = more_bits && s_.more_bits_type;
+        const GgmlType want = mix ? *s_.more_bits_type : s_.type;
+        const GgmlType type =
+            fits(want, n_in) ? want : (mix ? s_.more_bits_fallback : s_.fallback_type).value_or(want);
         if (!fits(type, n_in))
             throw Error(std::string("synth: cannot write ") + ggml_type_name(type) + " rows of " +
                         std::to_string(n_in));
@@ -69,19 +73,24 @@ void write_hparams(GgufWriter& w, const SynthSpec& s) {
 
 }  // namespace
 
+bool use_more_bits(int il, int n) {
+    return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+}
+
 void write_synth_model(const SynthSpec& s, const std::string& path) {
     SynthWriter sw(s);
     write_hparams(sw.writer(), s);
     const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
-    sw.matrix("token_embd.weight", d, s.n_vocab);
+    sw.matrix("token_embd.weight", d, s.n_vocab, s.tied_output);
     sw.vector("output_norm.weight", d, 1.0, 0.1);
-    if (!s.tied_output) sw.matrix("output.weight", d, s.n_vocab);
+    if (!s.tied_output) sw.matrix("output.weight", d, s.n_vocab, true);
     for (int il = 0; il < s.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
+        const bool more_bits = use_more_bits(il, s.n_layer);
         sw.vector(p + "attn_norm.weight", d, 1.0, 0.1);
         sw.matrix(p + "attn_q.weight", d, dq);
         sw.matrix(p + "attn_k.weight", d, dkv);
-        sw.matrix(p + "attn_v.weight", d, dkv);
+        sw.matrix(p + "attn_v.weight", d, dkv, more_bits);
         sw.matrix(p + "attn_output.weight", dq, d);
         if (s.arch == "qwen2") {
             sw.vector(p + "attn_q.bias", dq, 0.0, 0.1);
@@ -95,7 +104,7 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
         sw.vector(p + "ffn_norm.weight", d, 1.0, 0.1);
         sw.matrix(p + "ffn_gate.weight", d, s.n_ff);
         sw.matrix(p + "ffn_up.weight", d, s.n_ff);
-        sw.matrix(p + "ffn_down.weight", s.n_ff, d);
+        sw.matrix(p + "ffn_down.weight", s.n_ff, d, more_bits);
     }
     sw.writer().write(path);
 }

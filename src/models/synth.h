@@ -22,11 +22,18 @@ struct SynthSpec {
     // Type for matrices whose rows `type` cannot hold (row length not a multiple of its block, e.g. 896
     // for a 256-block K-quant), as llama-quantize falls back; unset: such a matrix is an Error.
     std::optional<GgmlType> fallback_type;
+    // llama-quantize's _M mixes: the output matrix (the embedding when tied), and attn_v and ffn_down of
+    // the layers use_more_bits picks, take this type (with its own fallback); unset: `type` everywhere.
+    std::optional<GgmlType> more_bits_type, more_bits_fallback;
     // Extra metadata written after the hyperparameters (e.g. a real vocabulary's tokenizer.* keys).
     std::vector<std::pair<std::string, GgufValue>> extra_metadata;
     uint64_t seed = 1;
 };
 
 void write_synth_model(const SynthSpec& s, const std::string& path);
+
+// Whether layer il of n gets more bits in llama-quantize's _M mixes: the first and last eighth of the
+// layers, and every third layer between them.
+bool use_more_bits(int il, int n);
 
 }  // namespace minfer
