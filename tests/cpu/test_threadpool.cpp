@@ -105,6 +105,41 @@ TEST(ThreadPool, ParallelForSumsUnderRepeatedRuns) {
     }
 }
 
+TEST(ThreadPool, ParallelForStealingCoversRangeOnceInChunks) {
+    for (int n : {1, 2, 3}) {
+        ThreadPool pool(n);
+        for (int64_t len : {0, 1, 2, 3, 5, 64, 1000, 100003})
+            for (int64_t grain : {1, 7, 64, 1 << 20}) {
+                std::vector<std::atomic<int>> seen(static_cast<size_t>(len));
+                std::atomic<int64_t> oversized{0};
+                pool.parallel_for_stealing(len, grain, [&](int64_t b, int64_t e) {
+                    if (e - b > grain || b >= e) oversized.fetch_add(1);
+                    for (int64_t i = b; i < e; ++i) seen[size_t(i)].fetch_add(1);
+                });
+                EXPECT_EQ(oversized.load(), 0) << "threads " << n << " len " << len << " grain " << grain;
+                for (int64_t i = 0; i < len; ++i)
+                    ASSERT_EQ(seen[size_t(i)].load(), 1)
+                        << "threads " << n << " len " << len << " index " << i;
+            }
+    }
+}
+
+// A thread that runs slowly loses the back of its range to the others: the caller, done with its own
+// half at once, takes chunks from the end of the worker's half while the worker sleeps in each chunk.
+TEST(ThreadPool, ParallelForStealingMovesWorkOffASlowThread) {
+    ThreadPool pool(2);
+    const auto caller = std::this_thread::get_id();
+    std::vector<std::thread::id> by(64);
+    pool.parallel_for_stealing(64, 1, [&](int64_t b, int64_t e) {
+        if (std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (int64_t i = b; i < e; ++i) by[size_t(i)] = std::this_thread::get_id();
+    });
+    int64_t mine = 0;
+    for (const auto& id : by) mine += id == caller;
+    EXPECT_GT(mine, 40) << "the caller ran " << mine << " of 64 items";
+    EXPECT_EQ(by[63], caller) << "the last item of the worker's half was not taken from it";
+}
+
 // After the spin budget the workers sleep; the next run must wake them all.
 TEST(ThreadPool, WakesSleepingWorkers) {
     ThreadPool pool(3);

@@ -87,6 +87,14 @@ const float* pack_activations(const float* x, int64_t nt, int64_t n_in, ThreadPo
     return xp;
 }
 
+// Rows per chunk that a decode thread claims at a time (see ThreadPool::parallel_for_stealing): about
+// kChunkBytes of weights, long enough to keep the hardware prefetcher streaming.
+constexpr size_t kChunkBytes = 32 << 10;
+
+int64_t chunk_rows(const MatmulArgs& a) {
+    return std::max<int64_t>(1, int64_t(kChunkBytes / a.row_bytes));
+}
+
 void int_rows(const MatmulArgs& a, VecDotFn dot, const uint8_t* xq, int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o)
         a.y[o] = dot(a.w + size_t(o) * a.row_bytes, xq, a.n_in) + (a.bias ? a.bias[o] : 0.0f);
@@ -111,13 +119,17 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
         const uint8_t* xq = int8 ? quantize_activation(q.quantize_act, act_row_bytes(q, n_in), x, n_in)
                                  : quantize_activation(q.quantize_x2, act_x2_row_bytes(n_in), x, n_in);
         const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
-        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
+        pool.parallel_for_stealing(n_out, chunk_rows(a),
+                                   [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
     } else if (nt > 1 && cpu_has_avx2()) {
         const float* xp = pack_activations(x, nt, n_in, pool);
         const int64_t panels = (n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;
         pool.for_each_dynamic(panels, [&](int64_t p, int) {
             tiled_rows(a, xp, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
         });
+    } else if (nt == 1) {
+        pool.parallel_for_stealing(n_out, chunk_rows(a),
+                                   [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     } else {
         pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     }

@@ -1,5 +1,7 @@
 #include "backend/cpu/threadpool.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -26,7 +28,8 @@ inline void spin_pause(int i) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads), ranges_(std::make_unique<Range[]>(size_t(n_threads_))) {
     threads_.reserve(size_t(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -76,6 +79,42 @@ void ThreadPool::worker(int ith) {
         if (stop_.load(std::memory_order_acquire)) return;
         fn_(ctx_, ith, n_threads_);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+namespace {
+
+uint64_t pack(int64_t b, int64_t e) {
+    return uint64_t(b) | uint64_t(e) << 32;
+}
+
+}  // namespace
+
+void ThreadPool::share_out(int64_t n) {
+    const int64_t per = (n + n_threads_ - 1) / n_threads_;
+    for (int t = 0; t < n_threads_; ++t) {
+        const int64_t b = std::min(n, per * t), e = std::min(n, b + per);
+        ranges_[size_t(t)].bounds.store(pack(b, e), std::memory_order_relaxed);
+    }
+}
+
+bool ThreadPool::claim_front(int t, int64_t grain, int64_t& b, int64_t& e) {
+    std::atomic<uint64_t>& r = ranges_[size_t(t)].bounds;
+    for (uint64_t cur = r.load(std::memory_order_relaxed);;) {
+        const int64_t lo = int64_t(cur & 0xFFFFFFFFu), hi = int64_t(cur >> 32);
+        if (lo >= hi) return false;
+        b = lo, e = std::min(hi, lo + grain);
+        if (r.compare_exchange_weak(cur, pack(e, hi), std::memory_order_relaxed)) return true;
+    }
+}
+
+bool ThreadPool::claim_back(int t, int64_t grain, int64_t& b, int64_t& e) {
+    std::atomic<uint64_t>& r = ranges_[size_t(t)].bounds;
+    for (uint64_t cur = r.load(std::memory_order_relaxed);;) {
+        const int64_t lo = int64_t(cur & 0xFFFFFFFFu), hi = int64_t(cur >> 32);
+        if (lo >= hi) return false;
+        b = std::max(lo, hi - grain), e = hi;
+        if (r.compare_exchange_weak(cur, pack(lo, b), std::memory_order_relaxed)) return true;
     }
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -45,7 +46,31 @@ class ThreadPool {
         });
     }
 
+    // Splits [0, n) into one contiguous range per thread, which its thread walks from the front in
+    // chunks of `grain`; a thread done with its own range then takes chunks from the back of the others'.
+    // body(begin, end) sees every index once. For memory-bound rows: each thread streams one range, and
+    // a thread the machine slows down no longer holds up the rest. n must be below 2^32.
+    template <class F>
+    void parallel_for_stealing(int64_t n, int64_t grain, F&& body) {
+        share_out(n);
+        run([&](int ith, int nth) {
+            int64_t b, e;
+            while (claim_front(ith, grain, b, e)) body(b, e);
+            for (int k = 1; k < nth; ++k)
+                while (claim_back((ith + k) % nth, grain, b, e)) body(b, e);
+        });
+    }
+
   private:
+    // A thread's remaining range for parallel_for_stealing, begin and end packed into one word so that
+    // its owner (from the front) and thieves (from the back) claim chunks with one compare-and-swap.
+    struct alignas(64) Range {
+        std::atomic<uint64_t> bounds{0};
+    };
+    void share_out(int64_t n);
+    bool claim_front(int t, int64_t grain, int64_t& b, int64_t& e);
+    bool claim_back(int t, int64_t grain, int64_t& b, int64_t& e);
+
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
     void worker(int ith);
@@ -63,6 +88,7 @@ class ThreadPool {
     std::condition_variable wake_;
     void* ctx_ = nullptr;
     TaskFn fn_ = nullptr;
+    std::unique_ptr<Range[]> ranges_;  // [n_threads_]
 };
 
 }  // namespace minfer
