@@ -45,14 +45,15 @@ TEST(Int8x2Act, TableEntries) {
         EXPECT_EQ(q.vec_dot_x2 != q.vec_dot_x2_ref, quants_use_avx2()) << q.name;
         EXPECT_EQ(q.quantize_x2 != q.quantize_x2_ref, quants_use_avx2()) << q.name;
     }
-    EXPECT_EQ(act_x2_row_bytes(2 * 256), 16 * sizeof(BlockQ8X2));
+    EXPECT_EQ(act_x2_row_bytes(2 * 256), 16 * (sizeof(BlockQ8X2) + 8 * sizeof(int32_t)));
 }
 
 // Both versions round the same products the same way (round half to even, one fused multiply-add for
 // the residual), so the blocks must be identical byte for byte. d = max |x| / (127 * 254); the high level
 // is within half a step 254 d of x (plus the rounding of x * (1 / (254 d))), so the residual is within
 // 127 d and the low level rounds it to within d / 2 (plus the roundings of the residual and of
-// r * (1 / d), 2^-21 |r| in all); s is d * (254 sum(hi) + sum(lo)), the integer exact.
+// r * (1 / d), 2^-21 |r| in all); s is d * (254 sum(hi) + sum(lo)), the integer exact; the offsets after
+// the blocks are 32 times the merged sums of each four elements.
 TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
     const QuantTraits& q = traits(GetParam());
     std::mt19937 rng(5);
@@ -79,6 +80,12 @@ TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
                 amax = std::max(amax, std::fabs(x[size_t(i + l)])), sum += 254 * b.hi[l] + b.lo[l];
             EXPECT_EQ(b.d, amax / 32258.0f) << q.name << " block " << i / 32;
             EXPECT_EQ(b.s, b.d * float(sum)) << q.name << " block " << i / 32;
+            for (int k = 0; k < 8; ++k) {  // the Q6_K dot's offsets: 32 times each lane's merged sum
+                int lane = 0;
+                for (int l = 4 * k; l < 4 * k + 4; ++l) lane += 254 * b.hi[l] + b.lo[l];
+                EXPECT_EQ(quants::x2_offsets(ref.data(), n)[8 * (i / 32) + k], 32 * lane)
+                    << q.name << " block " << i / 32;
+            }
         }
     }
 }

@@ -452,7 +452,7 @@ size_t act_row_bytes(const QuantTraits& q, int64_t n) {
 }
 
 size_t act_x2_row_bytes(int64_t n) {
-    return size_t(n / kQK0) * sizeof(quants::BlockQ8X2);
+    return size_t(n / kQK0) * (sizeof(quants::BlockQ8X2) + 8 * sizeof(int32_t));  // blocks, then offsets
 }
 
 }  // namespace minfer

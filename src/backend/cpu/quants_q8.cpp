@@ -12,6 +12,19 @@
 #include "backend/cpu/quants_impl.h"
 #include "util/fp16.h"
 
+namespace minfer::quants {
+
+void x2_fill_offsets(const BlockQ8X2* blocks, int64_t nb, int32_t* offsets) {
+    for (int64_t i = 0; i < nb; ++i)
+        for (int k = 0; k < 8; ++k) {
+            int32_t sum = 0;
+            for (int l = 4 * k; l < 4 * k + 4; ++l) sum += 254 * blocks[i].hi[l] + blocks[i].lo[l];
+            offsets[8 * i + k] = 32 * sum;
+        }
+}
+
+}  // namespace minfer::quants
+
 namespace minfer::quants::ref {
 namespace {
 
@@ -226,6 +239,7 @@ void quantize_q8x2(const float* x, void* dst, int64_t n) {
         b[i].d = d;
         b[i].s = d * float(254 * sum_levels(b[i].hi, kQK0) + sum_levels(b[i].lo, kQK0));
     }
+    x2_fill_offsets(b, n / kQK0, x2_offsets(dst, n));
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {

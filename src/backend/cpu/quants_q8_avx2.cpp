@@ -296,12 +296,10 @@ float k_type1_vec_dot(const void* w, const void* xq, int64_t n) {
     return acc;
 }
 
-// int8x2 step of a K-quant group of 32 levels w against activation block y: the merged integer sum of
-// each int32 lane (four levels) times scale * d into acc, scale holding d_w times the lane's sub-block
+// int8x2 step of a K-quant group: p, the merged integer sums of 32 levels against activation block y
+// (four levels per int32 lane), times scale * y.d into acc, scale holding d_w times the lane's sub-block
 // scale (exact in f32), so no integer multiply applies the sub-block scales.
-template <bool kSigned>
-inline void x2_scaled_step(__m256i w, __m256 scale, const BlockQ8X2& y, __m256& acc) {
-    const __m256i p = x2_sum<kSigned>(w, y);
+inline void x2_scaled_step(__m256i p, __m256 scale, const BlockQ8X2& y, __m256& acc) {
     acc = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(p), acc);
 }
 
@@ -330,8 +328,9 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
                 lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
                 hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
             }
-            x2_scaled_step<false>(lo, _mm256_broadcast_ss(ds + 2 * p), yi[2 * p], acc0);
-            x2_scaled_step<false>(hi, _mm256_broadcast_ss(ds + 2 * p + 1), yi[2 * p + 1], acc1);
+            x2_scaled_step(x2_sum<false>(lo, yi[2 * p]), _mm256_broadcast_ss(ds + 2 * p), yi[2 * p], acc0);
+            x2_scaled_step(x2_sum<false>(hi, yi[2 * p + 1]), _mm256_broadcast_ss(ds + 2 * p + 1),
+                           yi[2 * p + 1], acc1);
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
@@ -379,11 +378,13 @@ inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
     return hsum_i32(sumi) - 32 * msum;
 }
 
-// Q6_K against int8x2: group G (32 elements) of super-block i meets activation block 8i + G, with
-// signed levels q - 32 (sign trick), so no offset term remains.
+// Q6_K against int8x2: group G (32 elements) of super-block i meets activation block 8i + G. Its levels
+// 0..63 multiply x unsigned, and each int32 lane subtracts its activation offset (x2_offsets), which
+// leaves exactly the lane's sum of (q - 32) * x.
 float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const BlockQ6K*>(w);
     const auto* y = static_cast<const BlockQ8X2*>(xq);
+    const int32_t* offsets = x2_offsets(xq, n);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(BlockQ6K)>(b + i);
@@ -399,13 +400,14 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
             q6_k_groups(b[i], h, g);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
-                const __m256i q = _mm256_sub_epi8(g[k], _mm256_set1_epi8(32));
+                const int64_t a = 8 * i + 4 * h + k;  // activation block
+                const __m256i p = _mm256_sub_epi32(x2_sum<false>(g[k], y[a]), load32(offsets + 8 * a));
                 const int s = 2 * (4 * h + k);  // sub-blocks s (lanes 0..3) and s + 1 (lanes 4..7)
                 const __m256 pair = _mm256_castps128_ps256(
                     _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + s))));
                 const __m256 scale =
                     _mm256_permutevar8x32_ps(pair, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-                x2_scaled_step<true>(q, scale, y[8 * i + 4 * h + k], k & 1 ? acc1 : acc0);
+                x2_scaled_step(p, scale, y[a], k & 1 ? acc1 : acc0);
             }
         }
     }
@@ -487,6 +489,7 @@ void quantize_q8x2(const float* x, void* dst, int64_t n) {
         b[i].d = d;
         b[i].s = d * float(sum);
     }
+    x2_fill_offsets(b, n / kQK0, x2_offsets(dst, n));
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
