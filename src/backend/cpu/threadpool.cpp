@@ -98,23 +98,15 @@ void ThreadPool::share_out(int64_t n) {
     }
 }
 
-bool ThreadPool::claim_front(int t, int64_t grain, int64_t& b, int64_t& e) {
+bool ThreadPool::claim(int t, int64_t grain, bool front, int64_t& b, int64_t& e) {
     std::atomic<uint64_t>& r = ranges_[size_t(t)].bounds;
     for (uint64_t cur = r.load(std::memory_order_relaxed);;) {
         const int64_t lo = int64_t(cur & 0xFFFFFFFFu), hi = int64_t(cur >> 32);
         if (lo >= hi) return false;
-        b = lo, e = std::min(hi, lo + grain);
-        if (r.compare_exchange_weak(cur, pack(e, hi), std::memory_order_relaxed)) return true;
-    }
-}
-
-bool ThreadPool::claim_back(int t, int64_t grain, int64_t& b, int64_t& e) {
-    std::atomic<uint64_t>& r = ranges_[size_t(t)].bounds;
-    for (uint64_t cur = r.load(std::memory_order_relaxed);;) {
-        const int64_t lo = int64_t(cur & 0xFFFFFFFFu), hi = int64_t(cur >> 32);
-        if (lo >= hi) return false;
-        b = std::max(lo, hi - grain), e = hi;
-        if (r.compare_exchange_weak(cur, pack(lo, b), std::memory_order_relaxed)) return true;
+        b = front ? lo : std::max(lo, hi - grain);
+        e = front ? std::min(hi, lo + grain) : hi;
+        if (r.compare_exchange_weak(cur, front ? pack(e, hi) : pack(lo, b), std::memory_order_relaxed))
+            return true;
     }
 }
 

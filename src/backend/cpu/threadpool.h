@@ -55,9 +55,9 @@ class ThreadPool {
         share_out(n);
         run([&](int ith, int nth) {
             int64_t b, e;
-            while (claim_front(ith, grain, b, e)) body(b, e);
+            while (claim(ith, grain, true, b, e)) body(b, e);
             for (int k = 1; k < nth; ++k)
-                while (claim_back((ith + k) % nth, grain, b, e)) body(b, e);
+                while (claim((ith + k) % nth, grain, false, b, e)) body(b, e);
         });
     }
 
@@ -68,8 +68,9 @@ class ThreadPool {
         std::atomic<uint64_t> bounds{0};
     };
     void share_out(int64_t n);
-    bool claim_front(int t, int64_t grain, int64_t& b, int64_t& e);
-    bool claim_back(int t, int64_t grain, int64_t& b, int64_t& e);
+    // Takes [b, e), at most grain indices, from the front or the back of thread t's range; false when
+    // the range is empty.
+    bool claim(int t, int64_t grain, bool front, int64_t& b, int64_t& e);
 
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
