@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/threadpool.h"
+#include "util/error.h"
 
 namespace minfer {
 namespace {
@@ -122,6 +123,11 @@ TEST(ThreadPool, ParallelForStealingCoversRangeOnceInChunks) {
                         << "threads " << n << " len " << len << " index " << i;
             }
     }
+}
+
+TEST(ThreadPool, ParallelForStealingRejectsRangesBeyond32Bits) {
+    ThreadPool pool(2);
+    EXPECT_THROW(pool.parallel_for_stealing(int64_t(1) << 32, 1, [](int64_t, int64_t) {}), Error);
 }
 
 // A thread that runs slowly loses the back of its range to the others: the caller, done with its own

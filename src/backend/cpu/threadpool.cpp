@@ -1,10 +1,13 @@
 #include "backend/cpu/threadpool.h"
 
 #include <algorithm>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "util/error.h"
 
 namespace minfer {
 
@@ -91,6 +94,8 @@ uint64_t pack(int64_t b, int64_t e) {
 }  // namespace
 
 void ThreadPool::share_out(int64_t n) {
+    if (n < 0 || n >= int64_t(1) << 32)
+        throw Error("parallel_for_stealing: " + std::to_string(n) + " indices do not fit 32 bits");
     const int64_t per = (n + n_threads_ - 1) / n_threads_;
     for (int t = 0; t < n_threads_; ++t) {
         const int64_t b = std::min(n, per * t), e = std::min(n, b + per);
