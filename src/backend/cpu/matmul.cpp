@@ -87,8 +87,8 @@ const float* pack_activations(const float* x, int64_t nt, int64_t n_in, ThreadPo
     return xp;
 }
 
-// Rows per chunk that a decode thread claims at a time (see ThreadPool::parallel_for_stealing): about
-// kChunkBytes of weights, long enough to keep the hardware prefetcher streaming.
+// Rows per chunk that a thread of the row-wise paths claims at a time (ThreadPool::parallel_for_stealing):
+// about kChunkBytes of weights, long enough to keep the hardware prefetcher streaming.
 constexpr size_t kChunkBytes = 32 << 10;
 
 int64_t chunk_rows(const MatmulArgs& a) {
@@ -127,11 +127,9 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
         pool.for_each_dynamic(panels, [&](int64_t p, int) {
             tiled_rows(a, xp, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
         });
-    } else if (nt == 1) {
+    } else {
         pool.parallel_for_stealing(n_out, chunk_rows(a),
                                    [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
-    } else {
-        pool.parallel_for(n_out, [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     }
 }
 
