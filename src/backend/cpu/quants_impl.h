@@ -137,7 +137,8 @@ static_assert(sizeof(BlockQ8X2) == 72);
 // An int8x2 activation row of n elements: n / 32 BlockQ8X2, then 8 int32 per block, offsets[8 b + k] =
 // 32 * (254 * sum hi + sum lo) over elements 4k .. 4k + 3 of block b (x2_fill_offsets). The Q6_K dot
 // multiplies its levels 0..63 unsigned and subtracts them, one per int32 lane of four products, which
-// gives exactly the lanes of (q - 32) * x without flipping the signs of both activation levels.
+// gives exactly the lanes of (q - 32) * x without flipping the signs of both activation levels; the
+// Q5_0 / Q4_0 dots subtract a half / a quarter of them (Q5_0 offset 16, Q4_0 offset 8).
 void x2_fill_offsets(const BlockQ8X2* blocks, int64_t nb, int32_t* offsets);
 inline const int32_t* x2_offsets(const void* xq, int64_t n) {
     return reinterpret_cast<const int32_t*>(static_cast<const BlockQ8X2*>(xq) + n / kQK0);

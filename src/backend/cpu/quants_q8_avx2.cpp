@@ -4,7 +4,8 @@
 // signed levels go through the sign trick, |w| . (x * sign(w)); the 4/5-bit types dot their unsigned
 // levels and add their offset or minimum as a per-block scalar term (times the activation block sum).
 // The int8x2 dots (BlockQ8X2) run the same unpacked levels against hi and lo and merge the two sums in
-// integers, 254 * sum(w hi) + sum(w lo), before one f32 scaling per 32-element block.
+// integers, 254 * sum(w hi) + sum(w lo), before one f32 scaling per 32-element block; there Q4_0 / Q5_0
+// subtract their offset from each int32 lane (the activation row's x2_offsets) instead.
 //
 // This file is compiled with -mavx2 -mfma -mf16c: it must not call inline helpers of shared headers
 // (such as util/fp16.h), whose AVX2-compiled copies the linker could hand to baseline code.
@@ -136,8 +137,8 @@ inline __m256i q5_levels(const uint8_t* qs, const uint8_t* qh) {
 
 // Weight levels of a block as 32 bytes in element order. Q8_0's are signed (the sign trick dots them);
 // the other types dot their unsigned levels 0..15 / 0..31 and move the rest into the scalar minimum
-// term: Q4_0 / Q5_0 values are d * q - 8 d / - 16 d, so their offset term is -8 d_w * s_x / -16 d_w * s_x;
-// Q4_1 / Q5_1 have m_w * s_x.
+// term: Q4_0 / Q5_0 values are d * q - 8 d / - 16 d, so their offset term is -8 d_w * s_x / -16 d_w * s_x
+// (int8x2: integer lane offsets, kOffsetShift); Q4_1 / Q5_1 have m_w * s_x.
 struct Q8_0Dot {
     using Block = BlockQ8_0;
     static constexpr bool kSigned = true;
@@ -147,6 +148,7 @@ struct Q8_0Dot {
 struct Q4_0Dot {
     using Block = BlockQ4_0;
     static constexpr bool kSigned = false;
+    static constexpr int kOffsetShift = 2;  // level offset 8 = x2_offsets' 32 >> 2
     static __m256i levels(const Block& b) { return nibbles32(b.qs); }
     static float min(const Block& b) { return -8.0f * half_to_float(b.d); }
 };
@@ -154,6 +156,7 @@ struct Q4_0Dot {
 struct Q5_0Dot {
     using Block = BlockQ5_0;
     static constexpr bool kSigned = false;
+    static constexpr int kOffsetShift = 1;  // level offset 16 = x2_offsets' 32 >> 1
     static __m256i levels(const Block& b) { return q5_levels(b.qs, b.qh); }
     static float min(const Block& b) { return -16.0f * half_to_float(b.d); }
 };
@@ -202,6 +205,17 @@ inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, __m25
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
 
+// int8x2, Q4_0 / Q5_0: each int32 lane subtracts its activation offset (x2_offsets, 32 times the lane's
+// activation sum) scaled to the level offset, which leaves exactly the lane's sum of (q - 8) * x /
+// (q - 16) * x; no scalar minimum term.
+template <class Dec>
+inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, const int32_t* offsets,
+                         __m256& acc) {
+    const __m256i off = _mm256_srai_epi32(load32(offsets), Dec::kOffsetShift);
+    const __m256i p = _mm256_sub_epi32(x2_sum<false>(Dec::levels(b), y), off);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
+}
+
 // Four independent accumulator chains (vector and scalar), blocks 4k + j into chain j.
 template <class Dec, class Act>
 float block32_vec_dot(const void* w, const void* xq, int64_t n) {
@@ -211,15 +225,21 @@ float block32_vec_dot(const void* w, const void* xq, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
            a3 = _mm256_setzero_ps();
     float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+    auto step = [&](int64_t i, __m256& acc, float& summ) {
+        if constexpr (std::is_same_v<Act, BlockQ8X2> && requires { Dec::kOffsetShift; })
+            block32_step<Dec>(b[i], y[i], x2_offsets(xq, n) + 8 * i, acc);
+        else
+            block32_step<Dec>(b[i], y[i], acc, summ);
+    };
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         prefetch_ahead<4 * sizeof(b[i])>(b + i);
-        block32_step<Dec>(b[i], y[i], a0, m0);
-        block32_step<Dec>(b[i + 1], y[i + 1], a1, m1);
-        block32_step<Dec>(b[i + 2], y[i + 2], a2, m2);
-        block32_step<Dec>(b[i + 3], y[i + 3], a3, m3);
+        step(i, a0, m0);
+        step(i + 1, a1, m1);
+        step(i + 2, a2, m2);
+        step(i + 3, a3, m3);
     }
-    for (; i < nb; ++i) block32_step<Dec>(b[i], y[i], a0, m0);
+    for (; i < nb; ++i) step(i, a0, m0);
     return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + ((m0 + m1) + (m2 + m3));
 }
 
