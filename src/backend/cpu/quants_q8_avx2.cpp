@@ -115,8 +115,9 @@ inline float inverse_scale(float d) {
 
 // Nibble levels 0..15 in element order: low nibbles of qs[0..16) then the high nibbles.
 inline __m256i nibbles32(const uint8_t* qs) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                            _mm256_set1_epi8(0xF));
 }
 
 // 0xFF in byte e where bit e of the little-endian word qh is set, else 0.
