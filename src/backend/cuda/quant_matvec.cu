@@ -9,12 +9,15 @@
 // finish the dot products. Quantized weights are never turned into floats: each level multiplies x as a
 // subnormal (see step_levels). For one token the thread block first copies x into shared memory, scaled
 // and permuted so that each warp-wide x load reads consecutive 16-byte words, with the sums of x that each
-// lane's affine runs need (see SharedX); more tokens read x from global memory (GlobalX).
+// lane's affine runs need (see SharedX); more tokens read x from global memory (GlobalX). For some types
+// the grid holds at most one wave of resident thread blocks, each looping over its tiles of row groups
+// (kLoopTiles).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_util.h"
@@ -39,7 +42,8 @@ struct MatvecArgs {
     float* y;
     const float* bias;
     const float* res;
-    int prefetch;  // steps of its weights each thread prefetches into L2 before waiting for x
+    int prefetch;   // steps of its weights each thread prefetches into L2 before waiting for x
+    int64_t tiles;  // thread blocks' worth of row groups (tiles); block b takes tiles b, b + gridDim.x, ...
 };
 
 // x[0..W) of one token (16-byte aligned when W == 4).
@@ -226,18 +230,21 @@ __device__ __forceinline__ void load_steps(const uint8_t* const (&rows)[R], cons
 
 // acc[m][t] += row m . x_t over this thread's share of the blocks of the R rows. When x needs a prologue
 // (SharedX), the first weights are loaded before it, and before waiting for the previous kernel (they do
-// not depend on it); GlobalX loads each step's weights right before using them.
+// not depend on it); GlobalX loads each step's weights right before using them. Only a thread block's
+// first tile (`first`) waits for the previous kernel and stages x; later tiles reuse it.
 template <class D, int NT, int R, class X>
 __device__ void accumulate(const MatvecArgs& a, const uint8_t* const (&rows)[R], const X& x,
-                           float (&acc)[R][NT]) {
+                           float (&acc)[R][NT], bool first) {
     constexpr int kUnroll = R * sizeof(typename D::Raw) <= 64 ? 2 : 1;  // steps loaded ahead
     constexpr bool kEarly = X::kPrologue;  // loading early measured slower for GlobalX (7B down: 24 vs 22 us)
     const Share<D> sh(a);
     typename D::Raw raw[kUnroll][R];
     if constexpr (kEarly) load_steps<D, R, kUnroll>(rows, sh, sh.first, raw);
-    wait_for_inputs();
-    release_next();
-    x.prepare(a);
+    if (first) {
+        wait_for_inputs();
+        release_next();
+        x.prepare(a);
+    }
     for (int64_t b0 = sh.first; b0 < sh.nb; b0 += sh.step * kUnroll) {
         if constexpr (!kEarly) load_steps<D, R, kUnroll>(rows, sh, b0, raw);
 #pragma unroll
@@ -286,26 +293,26 @@ template <int R>
 constexpr int kMinBlocks = R == 4 ? 3 : 4;
 
 // Rows of one group of `split` warps: matvec takes R consecutive rows of W; swiglu R / 2 rows of gate
-// and the same rows of up. Rows past n_out repeat the last row (computed, never written).
+// and the same rows of up. Rows past n_out repeat the last row (computed, never written). A tile is one
+// thread block's worth of groups; the thread block computes tiles blockIdx.x, + gridDim.x, ...
 template <class D, int NT, int R, bool kSwiglu, bool kShared>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
+__device__ __forceinline__ void run_tile(const MatvecArgs& a, int64_t tile, bool first,
+                                         float (&red)[kWarps][R][NT], float* x_words) {
     constexpr int kOut = kSwiglu ? R / 2 : R;  // output rows per warp group
-    __shared__ float red[kWarps][R][NT];
-    extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
     const int warp = threadIdx.x / 32, lead = warp - warp % a.split;
-    const int64_t r0 = (int64_t(blockIdx.x) * (kWarps / a.split) + warp / a.split) * kOut;
+    const int64_t r0 = (tile * (kWarps / a.split) + warp / a.split) * kOut;
     const uint8_t* rows[R];
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         const int64_t r = r0 + m % kOut;
         rows[m] = a.w[m / kOut] + (r < a.n_out ? r : a.n_out - 1) * a.row_bytes;
     }
-    prefetch_weights<D, R>(a, rows);
+    if (first) prefetch_weights<D, R>(a, rows);
     float acc[R][NT] = {};
     if constexpr (kShared)
-        accumulate<D, NT, R>(a, rows, SharedX<D>(a, reinterpret_cast<float*>(x_words)), acc);
+        accumulate<D, NT, R>(a, rows, SharedX<D>(a, x_words), acc, first);
     else
-        accumulate<D, NT, R>(a, rows, GlobalX<D, NT>(a), acc);
+        accumulate<D, NT, R>(a, rows, GlobalX<D, NT>(a), acc, first);
     reduce<NT, R>(acc, red, a.split);
     const int lane = threadIdx.x % 32, t = lane % NT, m = lane / NT;
     const int64_t r = r0 + m;
@@ -319,6 +326,26 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(Matv
         if (a.res) v += a.res[t * a.n_out + r];
     }
     a.y[t * a.n_out + r] = v;
+}
+
+// Decoders whose matvec grid holds one wave of resident thread blocks, each looping over its tiles (x
+// staged and the previous kernel awaited once per thread block); the others run one tile per block. By
+// measurement (bench_cuda_matvec, same device call): looping is faster for Q6_K and Q8_0 (7b.lm_head Q6_K
+// 229 -> 192 us, 7b.o Q8_0 9.3 -> 8.0, 0.5b.down Q8_0 7.9 -> 6.5) and slower for Q4_K and Q5_0 (0.5b.down
+// Q4_K 4.8 -> 6.6, 7b.down Q4_K 19.9 -> 22.1, 7b.lm_head Q5_0 162 -> 181).
+template <class D>
+constexpr bool kLoopTiles = std::is_same_v<D, DecQ6K> || std::is_same_v<D, DecQ8_0>;
+
+template <class D, int NT, int R, bool kSwiglu, bool kShared>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
+    __shared__ float red[kWarps][R][NT];
+    extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
+    float* xw = reinterpret_cast<float*>(x_words);
+    if constexpr (kLoopTiles<D>)
+        for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x)
+            run_tile<D, NT, R, kSwiglu, kShared>(a, tile, tile == blockIdx.x, red, xw);
+    else
+        run_tile<D, NT, R, kSwiglu, kShared>(a, blockIdx.x, true, red, xw);
 }
 
 // Warps that fill the GPU: 32 per SM.
@@ -379,12 +406,21 @@ void launch_rows(MatvecArgs a, Stream s) {
     constexpr int kOut = kSwiglu ? R / 2 : R;
     a.prefetch = prefetch_steps<D, kSwiglu>(a);
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
-    const int64_t grid = (groups + kWarps / a.split - 1) / (kWarps / a.split);
+    a.tiles = (groups + kWarps / a.split - 1) / (kWarps / a.split);
+    const auto go = [&](auto kernel, size_t smem) {
+        int64_t grid = a.tiles;
+        if constexpr (kLoopTiles<D>) {  // one wave of resident thread blocks at most
+            int per_sm = 0;
+            MINFER_CUDA_CHECK(
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
+            grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * gpu_warps() / 32);
+        }
+        launch("matvec kernel", kernel, unsigned(grid), kWarps * 32, smem, s, a);
+    };
     if constexpr (kSharedXType<D, NT>)
         if (a.n_in <= kSharedXMaxIn)
-            return launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu, true>, unsigned(grid),
-                          kWarps * 32, SharedX<D>::bytes(a.n_in), s, a);
-    launch("matvec kernel", matvec_kernel<D, NT, R, kSwiglu, false>, unsigned(grid), kWarps * 32, 0, s, a);
+            return go(matvec_kernel<D, NT, R, kSwiglu, true>, SharedX<D>::bytes(a.n_in));
+    go(matvec_kernel<D, NT, R, kSwiglu, false>, 0);
 }
 
 template <class D, int NT, bool kSwiglu>
