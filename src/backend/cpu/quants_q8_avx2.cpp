@@ -206,14 +206,22 @@ inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, __m25
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
 
-// int8x2, Q4_0 / Q5_0: each int32 lane subtracts its activation offset (x2_offsets, 32 times the lane's
-// activation sum) scaled to the level offset, which leaves exactly the lane's sum of (q - 8) * x /
-// (q - 16) * x; no scalar minimum term.
+// int8x2 lanes of (q - (32 >> kShift)) * x for unsigned levels q: the merged sums minus the block's
+// activation offsets (x2_offsets, 32 times each lane's activation sum) shifted to the level offset.
+// Exact: the offsets are multiples of 32.
+template <int kShift>
+inline __m256i x2_sum_offset(__m256i q, const BlockQ8X2& y, const int32_t* offsets) {
+    __m256i off = load32(offsets);
+    if constexpr (kShift > 0) off = _mm256_srai_epi32(off, kShift);
+    return _mm256_sub_epi32(x2_sum<false>(q, y), off);
+}
+
+// int8x2, Q4_0 / Q5_0: the lanes of (q - 8) * x / (q - 16) * x straight from the integer offsets, so no
+// scalar minimum term.
 template <class Dec>
 inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, const int32_t* offsets,
                          __m256& acc) {
-    const __m256i off = _mm256_srai_epi32(load32(offsets), Dec::kOffsetShift);
-    const __m256i p = _mm256_sub_epi32(x2_sum<false>(Dec::levels(b), y), off);
+    const __m256i p = x2_sum_offset<Dec::kOffsetShift>(Dec::levels(b), y, offsets);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
 }
 
@@ -400,7 +408,7 @@ inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
 }
 
 // Q6_K against int8x2: group G (32 elements) of super-block i meets activation block 8i + G. Its levels
-// 0..63 multiply x unsigned, and each int32 lane subtracts its activation offset (x2_offsets), which
+// 0..63 multiply x unsigned, and each int32 lane subtracts its activation offset (x2_sum_offset), which
 // leaves exactly the lane's sum of (q - 32) * x.
 float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const BlockQ6K*>(w);
@@ -422,7 +430,7 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const int64_t a = 8 * i + 4 * h + k;  // activation block
-                const __m256i p = _mm256_sub_epi32(x2_sum<false>(g[k], y[a]), load32(offsets + 8 * a));
+                const __m256i p = x2_sum_offset<0>(g[k], y[a], offsets + 8 * a);
                 const int s = 2 * (4 * h + k);  // sub-blocks s (lanes 0..3) and s + 1 (lanes 4..7)
                 const __m256 pair = _mm256_castps128_ps256(
                     _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + s))));
