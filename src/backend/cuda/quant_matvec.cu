@@ -332,16 +332,17 @@ __device__ __forceinline__ void run_tile(const MatvecArgs& a, int64_t tile, bool
 // staged and the previous kernel awaited once per thread block); the others run one tile per block. By
 // measurement (bench_cuda_matvec, same device call): looping is faster for Q6_K and Q8_0 (7b.lm_head Q6_K
 // 229 -> 192 us, 7b.o Q8_0 9.3 -> 8.0, 0.5b.down Q8_0 7.9 -> 6.5) and slower for Q4_K and Q5_0 (0.5b.down
-// Q4_K 4.8 -> 6.6, 7b.down Q4_K 19.9 -> 22.1, 7b.lm_head Q5_0 162 -> 181).
-template <class D>
-constexpr bool kLoopTiles = std::is_same_v<D, DecQ6K> || std::is_same_v<D, DecQ8_0>;
+// Q4_K 4.8 -> 6.6, 7b.down Q4_K 19.9 -> 22.1, 7b.lm_head Q5_0 162 -> 181). Only with x in shared memory:
+// reading x from global memory, the looping Q6_K kernel lost (7b.down 37.0 vs 33.1 us one tile per block).
+template <class D, bool kShared>
+constexpr bool kLoopTiles = kShared && (std::is_same_v<D, DecQ6K> || std::is_same_v<D, DecQ8_0>);
 
 template <class D, int NT, int R, bool kSwiglu, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
     __shared__ float red[kWarps][R][NT];
     extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
     float* xw = reinterpret_cast<float*>(x_words);
-    if constexpr (kLoopTiles<D>)
+    if constexpr (kLoopTiles<D, kShared>)
         for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x)
             run_tile<D, NT, R, kSwiglu, kShared>(a, tile, tile == blockIdx.x, red, xw);
     else
@@ -407,9 +408,9 @@ void launch_rows(MatvecArgs a, Stream s) {
     a.prefetch = prefetch_steps<D, kSwiglu>(a);
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     a.tiles = (groups + kWarps / a.split - 1) / (kWarps / a.split);
-    const auto go = [&](auto kernel, size_t smem) {
+    const auto go = [&](auto kernel, size_t smem, auto shared) {
         int64_t grid = a.tiles;
-        if constexpr (kLoopTiles<D>) {  // one wave of resident thread blocks at most
+        if constexpr (kLoopTiles<D, decltype(shared)::value>) {  // one wave of resident thread blocks at most
             int per_sm = 0;
             MINFER_CUDA_CHECK(
                 cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
@@ -419,8 +420,8 @@ void launch_rows(MatvecArgs a, Stream s) {
     };
     if constexpr (kSharedXType<D, NT>)
         if (a.n_in <= kSharedXMaxIn)
-            return go(matvec_kernel<D, NT, R, kSwiglu, true>, SharedX<D>::bytes(a.n_in));
-    go(matvec_kernel<D, NT, R, kSwiglu, false>, 0);
+            return go(matvec_kernel<D, NT, R, kSwiglu, true>, SharedX<D>::bytes(a.n_in), std::true_type{});
+    go(matvec_kernel<D, NT, R, kSwiglu, false>, 0, std::false_type{});
 }
 
 template <class D, int NT, bool kSwiglu>
