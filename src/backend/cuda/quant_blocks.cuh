@@ -239,16 +239,20 @@ struct DecK1 {
         Scales s;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-            s.d1[h] = d * byte_minus(sc, h, 0.0f), s.m1[h] = dmin * byte_minus(m, h, 0.0f);
+            s.d1[h] = (h == 1 && !kQ5 ? d * 0.0625f : d) * byte_minus(sc, h, 0.0f),
+            s.m1[h] = dmin * byte_minus(m, h, 0.0f);
         return s;
     }
     __device__ static int offset(int sub, int g) {
         return 64 * (sub / 2) + 32 * (g / 4) + 16 * (sub % 2) + 4 * (g % 4);
     }
+    // Q4_K's high nibbles stay in place, 16 times the level (one mask, no shift per 4 levels); its scale
+    // d1[1] is 1/16 of d * sc to match, both exact (powers of two), so every product is unchanged.
     __device__ static uint32_t levels(const Raw& r, int sub, int g) {
         const int h = g / 4;
+        if constexpr (!kQ5) return word(r.qs, g % 4) & (h == 0 ? 0x0F0F0F0Fu : 0xF0F0F0F0u);
         uint32_t q = (word(r.qs, g % 4) >> (4 * h)) & 0x0F0F0F0Fu;
-        if constexpr (kQ5) q |= ((word(r.qh, g % 4) >> (2 * (sub / 2) + h)) & 0x01010101u) << 4;
+        q |= ((word(r.qh, g % 4) >> (2 * (sub / 2) + h)) & 0x01010101u) << 4;
         return q;
     }
     __device__ static float2 affine(const Raw&, const Scales& s, int, int h) {
