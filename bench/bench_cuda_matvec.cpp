@@ -3,7 +3,9 @@
 // the weight bytes streamed per second and its fraction of the device-to-device copy bandwidth measured
 // in the same run (read + write bytes / time), the practical ceiling of a streaming kernel.
 //
-//   bench_cuda_matvec [iterations] [shape] [type]   (shape and type, e.g. 7b.gate_up Q4_K, select one row)
+//   bench_cuda_matvec [iterations] [shape] [type]   (shape and type, e.g. 7b.gate_up Q4_K, select rows)
+//
+// Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -74,15 +76,25 @@ double copy_bandwidth(cudaStream_t s) {
     return 2.0 * 10 * double(n) / (ms * 1e-3);
 }
 
-void bench(const Shape& sh, GgmlType t, int iters, double peak, cudaStream_t s, std::mt19937& rng) {
+// tiled: the matrix as the backend uploads Q4_K (tile_matrix), read by the tensor-core kernels.
+void bench(const Shape& sh, GgmlType t, bool tiled, int iters, double peak, cudaStream_t s,
+           std::mt19937& rng) {
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
     const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(host.size()) * parts;
     const int copies = int(std::max<int64_t>(2, (int64_t(512) << 20) / bytes + 1));
     std::vector<uint8_t*> mats(size_t(copies * parts));
+    uint8_t* raw = nullptr;
+    check(cudaMalloc(&raw, host.size()));
+    check(cudaMemcpy(raw, host.data(), host.size(), cudaMemcpyHostToDevice));
     for (auto& m : mats) {
         check(cudaMalloc(&m, host.size()));
-        check(cudaMemcpy(m, host.data(), host.size(), cudaMemcpyHostToDevice));
+        if (tiled)
+            cuda::tile_matrix({t, raw, sh.n_in, sh.n_out}, m, s);
+        else
+            check(cudaMemcpy(m, raw, host.size(), cudaMemcpyDeviceToDevice));
     }
+    check(cudaStreamSynchronize(s));
+    cudaFree(raw);
     float *x, *y;
     std::vector<float> hx(size_t(sh.n_in));
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -92,9 +104,9 @@ void bench(const Shape& sh, GgmlType t, int iters, double peak, cudaStream_t s, 
     check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     const auto call = [&](int i) {
         const int c = i % copies;
-        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out};
+        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled};
         if (sh.swiglu)
-            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out}, x, 1, y, s);
+            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled}, x, 1, y, s);
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
@@ -108,7 +120,8 @@ void bench(const Shape& sh, GgmlType t, int iters, double peak, cudaStream_t s, 
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
-    std::printf("| %-13s | %-5s | %8.2f | %7.0f | %5.2f |\n", sh.name, quant_traits(t)->name, us, gbs,
+    const std::string name = std::string(quant_traits(t)->name) + (tiled ? "/t" : "");
+    std::printf("| %-13s | %-6s | %8.2f | %7.0f | %5.2f |\n", sh.name, name.c_str(), us, gbs,
                 gbs * 1e9 / peak);
     for (auto& m : mats) cudaFree(m);
     cudaFree(x), cudaFree(y);
@@ -129,7 +142,9 @@ int main(int argc, char** argv) {
         for (GgmlType t : kTypes) {
             const bool picked = (only_shape.empty() || only_shape == sh.name) &&
                                 (only_type.empty() || only_type == quant_traits(t)->name);
-            if (picked && sh.n_in % quant_traits(t)->block_size == 0) bench(sh, t, iters, peak, s, rng);
+            if (!picked || sh.n_in % quant_traits(t)->block_size != 0) continue;
+            bench(sh, t, false, iters, peak, s, rng);
+            if (cuda::tiles_fit(t, sh.n_in, sh.n_out)) bench(sh, t, true, iters, peak, s, rng);
         }
     return 0;
 }

@@ -120,15 +120,32 @@ void report_worst_ratio(double worst) {
     std::printf("[ budget   ] worst matvec error / budget: %.4f\n", worst);
 }
 
-// Runs matvec for every token count and Extra on one matrix and checks every output against `ref`;
-// raises `worst` to the largest |error| / budget seen.
-void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst) {
-    const std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
+// A matrix on the device in the block layout, or tiled by tile_matrix.
+struct DeviceMatrix {
+    DeviceBuffer<uint8_t> raw, tiled;
+    QMatrix qm;
+    DeviceMatrix(const HostMatrix& w, bool tile)
+        : raw(w.bytes), tiled(tile ? w.bytes.size() : 0), qm{w.type, raw.get(), w.n_in, w.n_out} {
+        if (!tile) return;
+        TestStream s;
+        cuda::tile_matrix(qm, tiled.get(), s.get());
+        s.sync();
+        qm = {w.type, tiled.get(), w.n_in, w.n_out, true};
+    }
+};
+
+// Runs matvec for every token count and Extra on one matrix (in the block layout or tiled) and checks
+// every output against `ref`; raises `worst` to the largest |error| / budget seen. x is Gaussian times
+// x_scale.
+void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, bool tiled = false,
+                  float x_scale = 1.0f) {
+    std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
+    for (float& v : x) v *= x_scale;
     const std::vector<float> bias = gaussian(rng, w.n_out), res = gaussian(rng, kMaxTokens * w.n_out);
     const RefDots ref = reference_dots(w, x, kMaxTokens);
-    DeviceBuffer<uint8_t> dw(w.bytes);
+    const DeviceMatrix dw(w, tiled);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
-    const QMatrix qm{w.type, dw.get(), w.n_in, w.n_out};
+    const QMatrix& qm = dw.qm;
     TestStream s;
     for (int64_t nt : kTokenCounts)
         for (Extra e : kExtras) {
@@ -161,17 +178,16 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst) {
 // matvec_swiglu against silu(g) * u of the reference dots g, u. With e_g, e_u the matvec budgets of g and
 // u, |silu'| <= 1.1 and a few ulps for expf, the division and the product:
 // |y - ref| <= 1.1 |u| e_g + |silu(g)| e_u + e_g e_u + 1e-6 |silu(g) u| + 1e-6.
-void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng) {
+void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng, bool tiled = false) {
     const std::vector<float> x = gaussian(rng, kMaxTokens * gate.n_in);
     const RefDots g = reference_dots(gate, x, kMaxTokens), u = reference_dots(up, x, kMaxTokens);
-    DeviceBuffer<uint8_t> dg(gate.bytes), du(up.bytes);
+    const DeviceMatrix dg(gate, tiled), du(up, tiled);
     DeviceBuffer<float> dx(x);
     TestStream s;
     for (int64_t nt : kTokenCounts) {
         const size_t n = size_t(nt * gate.n_out);
         DeviceBuffer<float> dy(sentinel_floats(n + kGuard));
-        cuda::matvec_swiglu({gate.type, dg.get(), gate.n_in, gate.n_out},
-                            {up.type, du.get(), up.n_in, up.n_out}, dx.get(), nt, dy.get(), s.get());
+        cuda::matvec_swiglu(dg.qm, du.qm, dx.get(), nt, dy.get(), s.get());
         s.sync();
         const std::vector<float> y = dy.download();
         const std::string ctx = std::string(traits(gate.type).name) + " " + std::to_string(gate.n_out) + "x" +
@@ -297,6 +313,87 @@ TEST_P(CudaQuant, GetRowsBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaQuant, ::testing::ValuesIn(kAllQuantTypes), type_name);
+
+// Q4_K tiled for the tensor-core kernels: the same budgets as the block layout. Its products take x as
+// two halves (22 significant bits of x * 2^e) and sum exact levels in f32, within the budget above.
+const int64_t kTiledIn[] = {256, 768, 4864, 8192};
+const int64_t kTiledOut[] = {16, 48, 1024};
+
+TEST(CudaTiledQ4K, MatvecMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4242);
+    double worst = 0.0;
+    for (int64_t n_in : kTiledIn)
+        for (int64_t n_out : kTiledOut) {
+            check_matvec(quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, worst, true);
+            if (HasFatalFailure()) return;
+        }
+    check_matvec(random_matrix(GgmlType::Q4_K, 9008, 512, rng), rng, worst, true);
+    report_worst_ratio(worst);
+}
+
+// x far from 1 in magnitude: the per-call power of two keeps both halves in the normal half range.
+TEST(CudaTiledQ4K, MatvecScaledInputs) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(17);
+    double worst = 0.0;
+    for (float scale : {1e-20f, 1e-4f, 3e4f, 1e12f}) {
+        check_matvec(random_matrix(GgmlType::Q4_K, 64, 1024, rng), rng, worst, true, scale);
+        if (HasFatalFailure()) return;
+    }
+    report_worst_ratio(worst);
+}
+
+TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(99);
+    for (int64_t n_in : kTiledIn)
+        for (int64_t n_out : {int64_t(16), int64_t(4864)}) {
+            const HostMatrix gate = quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng);
+            check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, true);
+            if (HasFatalFailure()) return;
+        }
+}
+
+TEST(CudaTiledQ4K, DequantBitExact) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(8);
+    TestStream s;
+    for (int64_t n_in : kTiledIn)
+        for (int64_t n_out : kTiledOut) {
+            const HostMatrix w = random_matrix(GgmlType::Q4_K, n_out, n_in, rng);
+            const std::string ctx = "tiled Q4_K " + std::to_string(n_out) + "x" + std::to_string(n_in);
+            const DeviceMatrix dw(w, true);
+            DeviceBuffer<float> out32(w.values.size());
+            DeviceBuffer<uint16_t> out16(w.values.size());
+            cuda::dequant_f32(dw.qm, out32.get(), s.get());
+            cuda::dequant_f16(dw.qm, out16.get(), s.get());
+            s.sync();
+            expect_bits_equal(out32.download(), w.values, ctx + " f32");
+            std::vector<uint16_t> want16(w.values.size());
+            for (size_t i = 0; i < want16.size(); ++i) want16[i] = f32_to_fp16(w.values[i]);
+            expect_bits_equal(out16.download(), want16, ctx + " f16");
+            if (HasFatalFailure()) return;
+        }
+}
+
+TEST(CudaTiledQ4K, FitsAndRefusals) {
+    EXPECT_TRUE(cuda::tiles_fit(GgmlType::Q4_K, 3584, 18944));
+    EXPECT_FALSE(cuda::tiles_fit(GgmlType::Q4_K, 18944, 3584));  // x beyond shared memory's share
+    EXPECT_FALSE(cuda::tiles_fit(GgmlType::Q4_K, 3584, 20));     // not whole tiles
+    EXPECT_FALSE(cuda::tiles_fit(GgmlType::Q6_K, 3584, 3584));
+    MINFER_SKIP_WITHOUT_GPU();
+    DeviceBuffer<float> buf(8192);
+    const QMatrix tiled{GgmlType::Q4_K, buf.get(), 256, 16, true};
+    EXPECT_THROW(cuda::tile_matrix(tiled, buf.get(), nullptr), Error);
+    EXPECT_THROW(cuda::tile_matrix({GgmlType::Q4_K, buf.get(), 256, 20}, buf.get(), nullptr), Error);
+    EXPECT_THROW(cuda::get_rows(tiled, reinterpret_cast<const int32_t*>(buf.get()), 1, buf.get(), nullptr),
+                 Error);
+    EXPECT_THROW(
+        cuda::matvec_swiglu(tiled, {GgmlType::Q4_K, buf.get(), 256, 16}, buf.get(), 1, buf.get(), nullptr),
+        Error);
+    EXPECT_THROW(cuda::matvec(tiled, buf.get(), 9, buf.get(), nullptr, nullptr, nullptr), Error);
+}
 
 TEST(CudaQuantApi, SupportedTypes) {
     for (GgmlType t : kAllQuantTypes) EXPECT_TRUE(cuda::quant_supported(t)) << traits(t).name;

@@ -1,7 +1,8 @@
-// Quantized weights on the GPU, read in their GGUF block layout (no repacking): matrix-vector products
-// for decode, dequantization to half for the cuBLAS prefill GEMM, and embedding-row gathers. Activations
-// stay f32; weights are dequantized in registers. All calls are asynchronous on `s` and capturable into
-// a CUDA graph (no allocation, no synchronization).
+// Quantized weights on the GPU, read in their GGUF block layout or, for Q4_K, in a tiled layout made at
+// upload for the tensor cores (same bytes): matrix-vector products for decode, dequantization to half for
+// the cuBLAS prefill GEMM, and embedding-row gathers. Activations stay f32; weights are dequantized in
+// registers. All calls are asynchronous on `s` and capturable into a CUDA graph (no allocation, no
+// synchronization).
 #pragma once
 #include <cstdint>
 
@@ -21,7 +22,18 @@ struct QMatrix {
     GgmlType type;
     const void* data;  // device
     int64_t n_in, n_out;
+    bool tiled = false;  // rows in tile_matrix's layout instead of the block layout
 };
+
+// Whether tile_matrix takes this matrix: Q4_K, n_in <= 8192, n_out a multiple of 16. Rows 16k on of a
+// tiled matrix start at the same byte offset as in the block layout, so a tiled concatenation of such
+// matrices holds each of them tiled.
+bool tiles_fit(GgmlType t, int64_t n_in, int64_t n_out);
+
+// Writes `raw` (block layout, tiles_fit) to dst in the tiled layout: per 16 rows and 256 columns, the
+// levels in the order of the tensor cores' operand fragments (2048 bytes), then the 16 rows' scales as
+// they were (256 bytes). matvec, matvec_swiglu and the dequantizations read it; get_rows does not.
+void tile_matrix(const QMatrix& raw, void* dst, Stream s);
 
 // y[t][r] = sum_i w[r][i] * x[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
 // alias y) for t < nt, 1 <= nt <= kMaxMatvecTokens. x: [nt][n_in], y: [nt][n_out].

@@ -12,6 +12,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_cuda.h"
+#include "backend/cuda/quant_tiled.h"
 
 namespace minfer::cuda {
 namespace qblocks {
@@ -153,14 +154,17 @@ bool quant_supported(GgmlType t) {
 }
 
 void dequant_f16(const QMatrix& w, void* out, Stream s) {
+    if (w.tiled) return dequant_tiled_f16(w, out, s);
     run(w, nullptr, w.n_out, static_cast<__half*>(out), s, "dequant_f16");
 }
 
 void dequant_f32(const QMatrix& w, float* out, Stream s) {
+    if (w.tiled) return dequant_tiled_f32(w, out, s);
     run(w, nullptr, w.n_out, out, s, "dequant_f32");
 }
 
 void get_rows(const QMatrix& w, const int32_t* ids, int64_t nt, float* out, Stream s) {
+    if (w.tiled) throw Error("CUDA get_rows: tiled matrices are not supported");
     run(w, ids, nt, out, s, "get_rows");
 }
 

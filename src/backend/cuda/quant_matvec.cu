@@ -24,6 +24,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_cuda.h"
+#include "backend/cuda/quant_tiled.h"
 
 namespace minfer::cuda {
 namespace {
@@ -465,12 +466,25 @@ void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float*
 
 void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
             Stream s) {
+    if (w.tiled) {  // token by token (decode has one; the prefill GEMM takes more than kMaxMatvecTokens)
+        if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec: token count out of range");
+        for (int64_t t = 0; t < nt; ++t)
+            matvec_tiled(w, x + t * w.n_in, y + t * w.n_out, bias, res ? res + t * w.n_out : nullptr, s);
+        return;
+    }
     run<false>(w, static_cast<const uint8_t*>(w.data), x, nt, y, bias, res, s);
 }
 
 void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64_t nt, float* y, Stream s) {
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out)
         throw Error("CUDA matvec_swiglu: gate and up differ in type or shape");
+    if (gate.tiled != up.tiled) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
+    if (gate.tiled) {
+        if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec_swiglu: token count out of range");
+        for (int64_t t = 0; t < nt; ++t)
+            matvec_swiglu_tiled(gate, up, x + t * gate.n_in, y + t * gate.n_out, s);
+        return;
+    }
     run<true>(gate, static_cast<const uint8_t*>(up.data), x, nt, y, nullptr, nullptr, s);
 }
 
