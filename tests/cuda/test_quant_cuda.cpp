@@ -262,26 +262,29 @@ TEST_P(CudaQuant, MatvecTallMatrices) {
     check_swiglu(gate, quantized_matrix(GetParam(), 9001, 256, rng), rng);
 }
 
+// dequant_f32 equals to_float_ref bit for bit, dequant_f16 the same rounded to the nearest half.
+void check_dequant(const HostMatrix& w, bool tiled) {
+    const std::string ctx = std::string(tiled ? "tiled " : "") + traits(w.type).name + " " +
+                            std::to_string(w.n_out) + "x" + std::to_string(w.n_in);
+    const DeviceMatrix dw(w, tiled);
+    DeviceBuffer<float> out32(w.values.size());
+    DeviceBuffer<uint16_t> out16(w.values.size());
+    TestStream s;
+    cuda::dequant_f32(dw.qm, out32.get(), s.get());
+    cuda::dequant_f16(dw.qm, out16.get(), s.get());
+    s.sync();
+    expect_bits_equal(out32.download(), w.values, ctx + " f32");
+    std::vector<uint16_t> want16(w.values.size());
+    for (size_t i = 0; i < want16.size(); ++i) want16[i] = f32_to_fp16(w.values[i]);
+    expect_bits_equal(out16.download(), want16, ctx + " f16");
+}
+
 TEST_P(CudaQuant, DequantBitExact) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(5 + int(GetParam()));
-    TestStream s;
     for (int64_t n_in : row_lengths(traits(GetParam())))
         for (int64_t n_out : kRowCounts) {
-            const HostMatrix w = random_matrix(GetParam(), n_out, n_in, rng);
-            const std::string ctx =
-                std::string(traits(w.type).name) + " " + std::to_string(n_out) + "x" + std::to_string(n_in);
-            DeviceBuffer<uint8_t> dw(w.bytes);
-            const QMatrix qm{w.type, dw.get(), n_in, n_out};
-            DeviceBuffer<float> out32(w.values.size());
-            DeviceBuffer<uint16_t> out16(w.values.size());
-            cuda::dequant_f32(qm, out32.get(), s.get());
-            cuda::dequant_f16(qm, out16.get(), s.get());
-            s.sync();
-            expect_bits_equal(out32.download(), w.values, ctx + " f32");
-            std::vector<uint16_t> want16(w.values.size());
-            for (size_t i = 0; i < want16.size(); ++i) want16[i] = f32_to_fp16(w.values[i]);
-            expect_bits_equal(out16.download(), want16, ctx + " f16");
+            check_dequant(random_matrix(GetParam(), n_out, n_in, rng), false);
             if (HasFatalFailure()) return;
         }
 }
@@ -358,21 +361,9 @@ TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
 TEST(CudaTiledQ4K, DequantBitExact) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(8);
-    TestStream s;
     for (int64_t n_in : kTiledIn)
         for (int64_t n_out : kTiledOut) {
-            const HostMatrix w = random_matrix(GgmlType::Q4_K, n_out, n_in, rng);
-            const std::string ctx = "tiled Q4_K " + std::to_string(n_out) + "x" + std::to_string(n_in);
-            const DeviceMatrix dw(w, true);
-            DeviceBuffer<float> out32(w.values.size());
-            DeviceBuffer<uint16_t> out16(w.values.size());
-            cuda::dequant_f32(dw.qm, out32.get(), s.get());
-            cuda::dequant_f16(dw.qm, out16.get(), s.get());
-            s.sync();
-            expect_bits_equal(out32.download(), w.values, ctx + " f32");
-            std::vector<uint16_t> want16(w.values.size());
-            for (size_t i = 0; i < want16.size(); ++i) want16[i] = f32_to_fp16(w.values[i]);
-            expect_bits_equal(out16.download(), want16, ctx + " f16");
+            check_dequant(random_matrix(GgmlType::Q4_K, n_out, n_in, rng), true);
             if (HasFatalFailure()) return;
         }
 }

@@ -34,4 +34,14 @@ bool early_launch() {
     return on;
 }
 
+int64_t gpu_warps() {
+    static const int64_t n = [] {
+        int dev = 0, sms = 0;
+        MINFER_CUDA_CHECK(cudaGetDevice(&dev));
+        MINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        return int64_t(sms) * 32;
+    }();
+    return n;
+}
+
 }  // namespace minfer::cuda

@@ -1,5 +1,6 @@
 // Error checking and device queries shared by the CUDA kernels, the backend and the tests.
 #pragma once
+#include <cstdint>
 
 namespace minfer::cuda {
 
@@ -12,6 +13,9 @@ int device_count();
 // Whether kernels may launch before their predecessor finishes (launch.cuh): a device of compute
 // capability 9.0 or newer, and MINFER_NO_PDL unset. Read once.
 bool early_launch();
+
+// Warps that fill the current device: 32 per SM. Read once.
+int64_t gpu_warps();
 
 }  // namespace minfer::cuda
 

@@ -350,17 +350,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(Matv
         run_tile<D, NT, R, kSwiglu, kShared>(a, blockIdx.x, true, red, xw);
 }
 
-// Warps that fill the GPU: 32 per SM.
-int64_t gpu_warps() {
-    static const int64_t n = [] {
-        int dev = 0, sms = 0;
-        MINFER_CUDA_CHECK(cudaGetDevice(&dev));
-        MINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        return int64_t(sms) * 32;
-    }();
-    return n;
-}
-
 // Rows per warp group (R) and warps per group (split).
 struct Layout {
     int rows, split;

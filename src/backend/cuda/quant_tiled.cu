@@ -335,17 +335,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_tiled_kernel(TiledArgs 
     }
 }
 
-// Warps that fill the GPU: 32 per SM.
-int64_t gpu_warps() {
-    static const int64_t n = [] {
-        int dev = 0, sms = 0;
-        MINFER_CUDA_CHECK(cudaGetDevice(&dev));
-        MINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        return int64_t(sms) * 32;
-    }();
-    return n;
-}
-
 // Bytes of weights prefetched into L2 before x is ready: all of a small matrix, a share of a large one.
 constexpr double kPrefetchBytes = 16 << 20;
 
