@@ -193,24 +193,22 @@ constexpr int64_t kTiledMinRows = 8192;
 // the concatenation is tiled.
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
     size_t total = 0;
-    int64_t all_rows = 0;
+    int64_t rows = 0;
     bool tiled = may_tile && tiling;
     for (const WeightRef* w : ws) {
         total += bytes_of(*w);
-        all_rows += w->n_out;
+        rows += w->n_out;
         tiled = tiled && cuda::tiles_fit(w->type, w->n_in, w->n_out);
     }
-    tiled = tiled && all_rows >= kTiledMinRows;
+    tiled = tiled && rows >= kTiledMinRows;
     uint8_t* base = allocate(total);
     if (tiled) upload_stage.reserve(total);
     uint8_t* raw = tiled ? upload_stage.as<uint8_t>() : base;
     size_t off = 0;
-    int64_t rows = 0;
     for (const WeightRef* w : ws) {
         MINFER_CUDA_CHECK(cudaMemcpy(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice));
         mats[w->name] = QMatrix{w->type, base + off, w->n_in, w->n_out, tiled};
         off += bytes_of(*w);
-        rows += w->n_out;
     }
     const WeightRef& first = **ws.begin();
     if (tiled) {
