@@ -380,22 +380,17 @@ Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu) 
     return fill(smallest).second;
 }
 
-// Bytes of weights a matvec prefetches into L2 before its input is ready: all of a small matrix, the
-// first steps of a large one (well below the H200's 50 MB of L2, so the lines survive until read).
-constexpr double kPrefetchBytes = 16 << 20;
-
-// Steps each thread prefetches: all of them when the matrix fits kPrefetchBytes, else that share.
+// Steps each thread prefetches into L2 before x is ready (launch.cuh's prefetch_steps).
 template <class D, bool kSwiglu>
-int prefetch_steps(const MatvecArgs& a) {
+int thread_prefetch(const MatvecArgs& a) {
     const int64_t step = a.split * 32 / D::kLanes, steps = (a.n_in / D::kElems + step - 1) / step;
-    const double bytes = double(a.n_out) * double(a.row_bytes) * (kSwiglu ? 2 : 1);
-    return int(std::ceil(double(steps) * std::min(1.0, kPrefetchBytes / bytes)));
+    return prefetch_steps(steps, double(a.n_out) * double(a.row_bytes) * (kSwiglu ? 2 : 1));
 }
 
 template <class D, int NT, int R, bool kSwiglu>
 void launch_rows(MatvecArgs a, Stream s) {
     constexpr int kOut = kSwiglu ? R / 2 : R;
-    a.prefetch = prefetch_steps<D, kSwiglu>(a);
+    a.prefetch = thread_prefetch<D, kSwiglu>(a);
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     a.tiles = (groups + kWarps / a.split - 1) / (kWarps / a.split);
     const auto go = [&](auto kernel, size_t smem, auto shared) {

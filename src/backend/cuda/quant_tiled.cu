@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_tiled.h"
 #include "util/error.h"
 
@@ -76,10 +77,6 @@ __device__ __forceinline__ uint32_t byte_of(const uint2& v, int j) {
     return ((j < 4 ? v.x : v.y) >> (8 * (j % 4))) & 0xFFu;
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& u, int k) {
-    return k == 0 ? u.x : k == 1 ? u.y : k == 2 ? u.z : u.w;
-}
-
 __device__ __forceinline__ float2 d_dmin(const uint4& h) {
     return __half22float2(*reinterpret_cast<const __half2*>(&h.x));
 }
@@ -104,7 +101,7 @@ __global__ void dequant_tiled_kernel(const uint8_t* w, int64_t n_in, int64_t nsb
             const int t = 4 * k + i, j = t / 2;
             const float d1 = dm.x * float(byte_of(six_bit(h, true), j));
             const float m1 = dm.y * float(byte_of(six_bit(h, false), j));
-            const uint32_t word = word_of(lv, i);
+            const uint32_t word = qblocks::word(lv, i);
             for (int nib = half; nib < 8; nib += 2) {
                 const int c = 16 * t + 2 * q + 8 * ((nib / 2) % 2) + nib / 4;
                 tile_out[row][c] = Out(__fmaf_rn(d1, float((word >> (4 * nib)) & 0xFu), -m1));
@@ -227,7 +224,7 @@ __device__ __forceinline__ void sb_dot(const SbRegs& r, const StagedX& x, int64_
         for (int h = 0; h < 2; ++h) {
             const int t = 2 * j + h;
             uint32_t a[4];
-            operand_a(word_of(r.lv[t / 4], t % 4), a);
+            operand_a(qblocks::word(r.lv[t / 4], t % 4), a);
             mma_16816(c, a, frag[t * 8]);
         }
         part[0] = fmaf(float(byte_of(sc[0], j)), c[0] + c[1], part[0]);
@@ -335,18 +332,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_tiled_kernel(TiledArgs 
     }
 }
 
-// Bytes of weights prefetched into L2 before x is ready: all of a small matrix, a share of a large one.
-constexpr double kPrefetchBytes = 16 << 20;
-
 template <int kMats>
 void launch_tiled(TiledArgs a, Stream s) {
     const int64_t tiles = a.n_out / kTileRows, nsb = a.n_in / kQK;
     a.split = 1;  // more warps per tile until the GPU is full, each keeping two super-blocks
     while (kMats * a.split < kWarps && tiles * kMats * a.split < gpu_warps() && nsb >= 2 * a.split)
         a.split *= 2;
-    const int64_t per_warp = (nsb + a.split - 1) / a.split;
-    const double bytes = double(tiles * nsb * kTileBytes) * kMats;
-    a.prefetch = int(std::ceil(double(per_warp) * std::min(1.0, kPrefetchBytes / bytes)));
+    a.prefetch = prefetch_steps((nsb + a.split - 1) / a.split, double(tiles * nsb * kTileBytes) * kMats);
     const int64_t per_block = kWarps / (kMats * a.split), grid = (tiles + per_block - 1) / per_block;
     const size_t smem = size_t(a.n_in / 2) * sizeof(uint2) + size_t(a.n_in / 32) * sizeof(float);
     if (grid > 0)
