@@ -78,7 +78,7 @@ void print_table(const std::string& path, int threads, const std::vector<Stat>& 
 void bench(const BenchOptions& o) {
     if (o.n_prompt == 0 && o.n_gen == 0) throw Error("nothing to bench: -p and -n are both 0");
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    const auto model = load_model(path);
+    const auto model = load_model(path, o.device);
     const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     Session session(*model, {o.n_prompt + o.n_gen, threads, o.device});
     std::mt19937 rng(1234);

@@ -39,7 +39,7 @@ nlohmann::json top_k_of(const float* row, int64_t n_vocab, int k) {
 }
 
 void eval(const EvalOptions& o) {
-    const auto model = load_model(o.model);
+    const auto model = load_model(o.model, o.device);
     const std::vector<int32_t> ids = parse_ids(o.prompt_ids, "--prompt-ids");
     Session session(*model, {o.n_ctx, o.threads, o.device});
     const auto nt = int64_t(ids.size());

@@ -51,7 +51,7 @@ std::vector<int32_t> encode_prompt(const RunOptions& o, const GgufFile& f, const
 void run(const RunOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    const auto model = load_model(path);
+    const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
     Session session(*model, {o.n_ctx, o.threads, o.device});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -76,11 +76,15 @@ void add_sampling_options(CLI::App& c, SamplerParams& p) {
     c.add_option("--seed", p.seed, "Sampling seed");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
-    auto model = Model::load(path.empty() ? default_model_path() : path);
+std::unique_ptr<Model> load_model(const std::string& path, BackendKind device) {
+    const std::string file = path.empty() ? default_model_path() : path;
     constexpr size_t kBigModel = size_t(100) << 20;
-    if (model->file->file_size() > kBigModel)
-        model->file->prefetch(isatty(2) ? draw_progress : nullptr, nullptr);
+    std::error_code ec;
+    const bool big = std::filesystem::file_size(file, ec) > kBigModel && !ec;
+    const LoadProgress progress{big && isatty(2) ? draw_progress : nullptr, nullptr};
+    const Residency where = device == BackendKind::Cpu ? Residency::huge_pages : Residency::mapped;
+    auto model = Model::from_file(GgufFile::open(file, where, progress));
+    if (big && model->file->residency() == Residency::mapped) model->file->prefetch(progress.fn, nullptr);
     return model;
 }
 

@@ -20,9 +20,11 @@ enum class BackendKind : uint8_t;
 
 // "1,2,3" -> {1, 2, 3}; throws Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
-// Loads `path` (the embedded default model when empty). Files over ~100 MB are paged in up front with
-// a progress bar on stderr, so the first tokens are not slowed by page faults.
-std::unique_ptr<Model> load_model(const std::string& path);
+// Loads `path` (the embedded default model when empty) for `device`. The CPU reads the file into
+// anonymous memory on 2 MiB pages (decode streams every weight per token; see GgufFile); CUDA maps it
+// and uploads. Files over ~100 MB show a progress bar on stderr and are paged in up front, so the first
+// tokens are not slowed by page faults.
+std::unique_ptr<Model> load_model(const std::string& path, BackendKind device);
 
 // The embedded default model (models/ next to the binary's source tree or install prefix).
 std::string default_model_path();

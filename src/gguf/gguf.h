@@ -59,10 +59,23 @@ struct GgufTensor {
     int64_t n_elements() const;
 };
 
+// Where the file's bytes live once opened.
+enum class Residency : uint8_t {
+    mapped,      // memory-mapped from the page cache (shared, nothing copied)
+    huge_pages,  // read into anonymous memory advised for 2 MiB pages (mapped when the kernel has no THP)
+};
+
+// Progress of a long load: fn(done_bytes, total_bytes, user), called now and then.
+struct LoadProgress {
+    void (*fn)(size_t done, size_t total, void* user) = nullptr;
+    void* user = nullptr;
+};
+
 class GgufFile {
   public:
     // Opens and validates `path`. Throws Error("<path>: <problem>") on any defect.
-    static std::unique_ptr<GgufFile> open(const std::string& path);
+    static std::unique_ptr<GgufFile> open(const std::string& path, Residency where = Residency::mapped,
+                                          LoadProgress progress = {});
     ~GgufFile();
     GgufFile(const GgufFile&) = delete;
     GgufFile& operator=(const GgufFile&) = delete;
@@ -93,17 +106,23 @@ class GgufFile {
     const GgufTensor* find_tensor(std::string_view name) const;  // nullptr when absent
     const GgufTensor& tensor(std::string_view name) const;       // throws Error when absent
 
+    Residency residency() const { return residency_; }
     // Touches every page of the tensor data (page-in), calling progress(done_bytes, total) now and then.
     void prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const;
 
   private:
     GgufFile() = default;
+    void map(int fd);
+    void read_into_huge_pages(int fd, LoadProgress progress);
     std::string path_;
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
     uint64_t data_offset_ = 0;
-    const uint8_t* base_ = nullptr;
+    const uint8_t* base_ = nullptr;  // the file's first byte
     size_t size_ = 0;
+    void* region_ = nullptr;  // what the destructor unmaps: the file mapping or the anonymous copy
+    size_t region_len_ = 0;
+    Residency residency_ = Residency::mapped;
     std::map<std::string, GgufValue> kv_;
     std::vector<GgufTensor> tensors_;
     std::map<std::string, size_t, std::less<>> tensor_index_;

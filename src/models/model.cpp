@@ -94,9 +94,14 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, int il) {
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
+    return from_file(GgufFile::open(path));
+}
+
+std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
     auto m = std::make_unique<Model>();
-    m->file = GgufFile::open(path);
+    m->file = std::move(file);
     const GgufFile& f = *m->file;
+    const std::string& path = f.path();
     const std::string arch_name = f.get_str("general.architecture");
     const ArchInfo* arch = find_arch(arch_name);
     if (!arch)

@@ -1,5 +1,6 @@
 // A loaded model: hyper-parameters and weight references read from the GGUF, and the architecture's
-// graph builder. Weights stay memory-mapped inside `file`; the graph names them, the executor reads them.
+// graph builder. Weights stay inside `file` (mapped, or read into huge pages); the graph names them, the
+// executor reads them.
 #pragma once
 #include <memory>
 #include <string>
@@ -55,6 +56,8 @@ struct Model {
     // Opens `path`, reads hyper-parameters for its architecture and checks every tensor the graph will
     // reference exists with a supported type and the expected shape. Throws Error naming the problem.
     static std::unique_ptr<Model> load(const std::string& path);
+    // The same on a file already opened (mapped or read into huge pages).
+    static std::unique_ptr<Model> from_file(std::unique_ptr<GgufFile> file);
     ~Model();
 };
 

@@ -281,5 +281,32 @@ TEST_P(ModelFamily, Bf16AndF16EmbeddingsAgree) {
 INSTANTIATE_TEST_SUITE_P(Families, ModelFamily, testing::Values("qwen2-mini", "qwen3-mini", "llama-mini"),
                          param_name);
 
+// Read into huge pages, the embedded model holds the same bytes and parses to the same tables; nothing
+// of it stays mapped from the page cache, and it starts on a 2 MiB boundary.
+TEST(GgufResidency, HugePageCopyMatchesTheMapping) {
+    const std::string path = MINFER_SOURCE_DIR "/models/qwen2-mini-Q8_0.gguf";
+    const auto mapped = GgufFile::open(path);
+    size_t last_done = 0;
+    const LoadProgress progress{[](size_t done, size_t, void* user) { *static_cast<size_t*>(user) = done; },
+                                &last_done};
+    const auto huge = GgufFile::open(path, Residency::huge_pages, progress);
+    EXPECT_EQ(mapped->residency(), Residency::mapped);
+    EXPECT_EQ(huge->metadata().size(), mapped->metadata().size());
+    ASSERT_EQ(huge->tensors().size(), mapped->tensors().size());
+    if (huge->residency() == Residency::mapped) GTEST_SKIP() << "no transparent huge pages on this kernel";
+    EXPECT_EQ(last_done, mapped->file_size());
+    const GgufTensor& first = huge->tensors().front();
+    const uint8_t* base = first.data - huge->data_offset() - first.offset;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (size_t(2) << 20), 0u);
+    for (size_t i = 0; i < mapped->tensors().size(); ++i) {
+        const GgufTensor& a = mapped->tensors()[i];
+        const GgufTensor& b = huge->tensors()[i];
+        EXPECT_EQ(a.name, b.name);
+        EXPECT_NE(a.data, b.data);
+        ASSERT_EQ(a.n_bytes, b.n_bytes);
+        EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name;
+    }
+}
+
 }  // namespace
 }  // namespace minfer
