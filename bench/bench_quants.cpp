@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/quants.h"
+#include "huge_buffer.h"
 
 namespace {
 
@@ -31,10 +32,12 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
     std::vector<float> src(static_cast<size_t>(kCols)), x(static_cast<size_t>(kCols));
     std::vector<float> y(static_cast<size_t>(rows));
     for (float& v : x) v = dist(rng);
-    std::vector<uint8_t> w(row_bytes * size_t(rows));
+    const size_t w_bytes = row_bytes * size_t(rows);
+    const minfer::bench::HugeBuffer w_mem(w_bytes);  // on 2 MiB pages, as the CPU backend's weights
+    uint8_t* w = w_mem.as<uint8_t>();
     for (int64_t r = 0; r < rows; ++r) {
         for (float& v : src) v = dist(rng);
-        q.from_float_ref(src.data(), w.data() + size_t(r) * row_bytes, kCols);
+        q.from_float_ref(src.data(), w + size_t(r) * row_bytes, kCols);
     }
     std::vector<uint8_t> xq(act == Act::Int8 ? minfer::act_row_bytes(q, kCols)
                                              : minfer::act_x2_row_bytes(kCols));
@@ -45,7 +48,7 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
     const auto dot_x2 = reference ? q.vec_dot_x2_ref : q.vec_dot_x2;
     for (auto _ : state) {
         for (int64_t r = 0; r < rows; ++r) {
-            const uint8_t* row = w.data() + size_t(r) * row_bytes;
+            const uint8_t* row = w + size_t(r) * row_bytes;
             y[size_t(r)] = act == Act::Int8     ? dot_q8(row, xq.data(), kCols)
                            : act == Act::Int8x2 ? dot_x2(row, xq.data(), kCols)
                                                 : dot(row, x.data(), kCols);
@@ -53,7 +56,7 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
-    state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w.size()));
+    state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w_bytes));
     state.counters["weights/s"] =
         benchmark::Counter(double(state.iterations()) * double(rows * kCols), benchmark::Counter::kIsRate);
 }

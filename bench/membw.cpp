@@ -2,8 +2,6 @@
 // (default: all cores) each sum their slice of a MiB-sized buffer (default 1024, far beyond any cache);
 // prints the best of REPS passes (default 5) as "read_GBps <value>" (1 GB = 1e9 bytes). The buffer is
 // on 2 MiB pages where the kernel offers them, as the CPU backend's weights are.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -11,6 +9,8 @@
 #include <cstdlib>
 #include <thread>
 #include <vector>
+
+#include "huge_buffer.h"
 
 namespace {
 
@@ -28,17 +28,6 @@ uint64_t sum_slice(const uint64_t* p, size_t n) {
         d += p[i + 3];
     }
     return a + b + c + d;
-}
-
-// `n` uint64 on a 2 MiB boundary, advised for huge pages; never freed (the process exits).
-uint64_t* huge_page_buffer(size_t n) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    void* raw = mmap(nullptr, n * sizeof(uint64_t) + kHuge, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return nullptr;
-    auto* p = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~(kHuge - 1));
-    madvise(p, n * sizeof(uint64_t), MADV_HUGEPAGE);
-    return p;
 }
 
 // Seconds for `threads` threads to read all `n` elements of `buf` once.
@@ -64,11 +53,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     const size_t n = mib << 17;  // 2^17 uint64 per MiB
-    uint64_t* buf = huge_page_buffer(n);
-    if (!buf) {
-        std::fprintf(stderr, "membw: cannot allocate %zu MiB\n", mib);
-        return 1;
-    }
+    const minfer::bench::HugeBuffer mem(n * sizeof(uint64_t));
+    uint64_t* buf = mem.as<uint64_t>();
     for (size_t i = 0; i < n; ++i) buf[i] = i;  // also faults the pages in
     std::vector<uint64_t> sums(size_t(threads), 0);
     double best = 1e30;
