@@ -79,7 +79,7 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, const float*> vecs;  // 1-D weights as f32
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
-    DeviceBuffer arena, partials, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
+    DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<int64_t> offset;
@@ -284,21 +284,16 @@ void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
     }
 }
 
-// Scratch sized for the graph: attention partials, fused-QKV rows, and the GEMM's half-precision
-// weight and activation tiles.
+// Scratch sized for the graph: prefill attention's scores and expanded K/V, fused-QKV rows, and the
+// GEMM's half-precision weight and activation tiles.
 void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
-    size_t part = 0, score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
-        if (const auto* a = std::get_if<meta::Attn>(&n.meta)) {
-            const cuda::AttnShape s{a->n_head, a->n_head_kv, a->hd, 0, a->scale};
-            part = std::max(part, size_t(cuda::attention_partials_floats(s, nt, region(a->layer).n_ctx)));
-            if (nt > cuda::kMaxMatvecTokens) {
-                const size_t n_ctx = size_t(region(a->layer).n_ctx);
-                score_floats = std::max(score_floats, size_t(a->n_head * nt) * n_ctx);
-                if (a->n_head > a->n_head_kv)
-                    wide_floats = std::max(wide_floats, 2 * n_ctx * a->n_head * a->hd);
-            }
+        if (const auto* a = std::get_if<meta::Attn>(&n.meta); a && nt > cuda::kMaxMatvecTokens) {
+            const size_t n_ctx = size_t(region(a->layer).n_ctx);
+            score_floats = std::max(score_floats, size_t(a->n_head * nt) * n_ctx);
+            if (a->n_head > a->n_head_kv) wide_floats = std::max(wide_floats, 2 * n_ctx * a->n_head * a->hd);
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
@@ -307,7 +302,6 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
             x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
         }
     }
-    partials.reserve(part * sizeof(float));
     scores.reserve(score_floats * sizeof(float));
     kv_wide.reserve(wide_floats * sizeof(float));
     fused.reserve(fused_floats * sizeof(float));
@@ -478,7 +472,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                 if (nt > cuda::kMaxMatvecTokens) return attention_gemm(g, n, bufs);
                 const auto& m = std::get<meta::Attn>(n.meta);
                 const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
-                cuda::attention(in(0), region(m.layer), ids(n.src[2]), nt, a, out, partials.as<float>(), s);
+                cuda::attention(in(0), region(m.layer), ids(n.src[2]), nt, a, out, s);
             },
             [&](const op::KvcacheStore& o) {
                 cuda::kv_store(in(0), in(1), ids(n.src[2]), g[n.src[0]].shape[1], region(o.layer), s);

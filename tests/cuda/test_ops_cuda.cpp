@@ -416,12 +416,10 @@ void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide
     const Vec q = uniform(rng, nt * q_stride, -q_amp, q_amp);
     const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, q_stride, float(1.0 / std::sqrt(double(hd)))};
     const int splits = cuda::attention_splits(a, nt, n_ctx);
-    const int64_t n_part = cuda::attention_partials_floats(a, nt, n_ctx);
-    DeviceBuffer<float> dq(q), dout(size_t(nt * row)), dpart(sz(n_part));
+    DeviceBuffer<float> dq(q), dout(size_t(nt * row));
     DeviceBuffer<int32_t> dpos(pos);
     fill_nan(dout, nt * row);
-    cuda::attention(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), n_part ? dpart.get() : nullptr,
-                    nullptr);
+    cuda::attention(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
     sync();
     Vec want(size_t(nt * row));
     Tol tol(want.size());

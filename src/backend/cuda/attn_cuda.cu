@@ -1,7 +1,9 @@
 // Attention over the persistent KV region and the fused QKV epilogue. One thread block serves up to
 // kMaxGroup query heads that share a KV head (GQA), so each K/V row is read once for the whole group;
 // its warps walk disjoint keys with an online softmax and combine at the end. Decode splits the keys
-// over several blocks per head (split-K) and merges their partial softmaxes in a second kernel.
+// over the blocks of a thread-block cluster (split-K), which merge their partial softmaxes through
+// distributed shared memory: no second kernel and no partials in global memory.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,9 +20,9 @@ namespace minfer::cuda {
 namespace {
 
 constexpr int kWarp = kWarpSize;
-constexpr int kWarps = 4;     // warps per block
-constexpr int kMaxGroup = 8;  // query heads per block
-constexpr int kMaxSplits = 16;
+constexpr int kWarps = 4;      // warps per block
+constexpr int kMaxGroup = 8;   // query heads per block
+constexpr int kMaxSplits = 8;  // blocks per cluster: the portable cluster size
 
 __device__ int64_t lmin(int64_t a, int64_t b) {
     return a < b ? a : b;
@@ -31,10 +33,9 @@ struct AttnArgs {
     KvRegion r;
     const int32_t* pos;
     float* out;
-    float* partials;  // [nt][n_head][splits][head_dim + 2]: m, l, unnormalized acc
     AttnShape a;
     int groups_per_kv;  // blocks per KV head along x (ceil(group / kMaxGroup))
-    int splits;
+    int splits;         // blocks along z, one cluster; each walks a share of the keys
 };
 
 // Online-softmax state of one warp for G heads; lane holds elements lane + 32 e of each head.
@@ -74,12 +75,51 @@ __device__ void walk_keys(const AttnArgs& p, const float (&q)[kMaxGroup][kE], in
     }
 }
 
+// A split's softmax state for its heads (max, sum, unnormalized acc), kept in shared memory for the
+// other blocks of its cluster.
+struct SplitState {
+    float m[kMaxGroup], l[kMaxGroup];
+};
+
+// Thread-block cluster of the splits: block r writes heads r, r + splits, ... of the output, merging the
+// states of every split (read through distributed shared memory) in split order, as one kernel.
+__device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc, int G, int64_t h0,
+                             int64_t t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's state is written
+    const int64_t hd = p.a.head_dim;
+    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) {
+        const int g = int(k / hd);
+        const int64_t d = k % hd;
+        if (g % p.splits != int(cluster.block_rank())) continue;
+        float m = -INFINITY;
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const SplitState* o = cluster.map_shared_rank(&mine, sp);
+            if (o->l[g] > 0.0f) m = fmaxf(m, o->m[g]);
+        }
+        float l = 0.0f, acc = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) {
+            const SplitState* o = cluster.map_shared_rank(&mine, sp);
+            if (o->l[g] == 0.0f) continue;
+            const float f = expf(o->m[g] - m);
+            l += o->l[g] * f;
+            acc += cluster.map_shared_rank(my_acc, sp)[g * hd + d] * f;
+        }
+        p.out[(t * p.a.n_head + h0 + g) * hd + d] = l > 0.0f ? acc / l : 0.0f;
+    }
+    cluster.sync();  // no block leaves while another still reads its state
+#endif
+}
+
 // One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys.
 template <int kE>
 __global__ void attention_kernel(AttnArgs p) {
     begin_kernel();
     __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
-    extern __shared__ float sh_acc[];  // [kWarps][kMaxGroup][head_dim]
+    __shared__ SplitState split;
+    extern __shared__ float sh_acc[];  // [kWarps + 1][kMaxGroup][head_dim]: the warps', then the split's
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t hd = p.a.head_dim, group = p.a.n_head / p.a.n_head_kv, t = blockIdx.y;
     const int64_t kvh = blockIdx.x / p.groups_per_kv,
@@ -129,30 +169,10 @@ __global__ void attention_kernel(AttnArgs p) {
             p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
             continue;
         }
-        float* part = p.partials + ((t * p.a.n_head + h) * p.splits + blockIdx.z) * (hd + 2);
-        if (d == 0) part[0] = m, part[1] = l;
-        part[2 + d] = acc;
+        if (d == 0) split.m[g] = m, split.l[g] = l;
+        sh_acc[(kWarps * kMaxGroup + g) * hd + d] = acc;
     }
-}
-
-__global__ void combine_splits_kernel(AttnArgs p) {
-    begin_kernel();
-    const int64_t h = blockIdx.x, t = blockIdx.y, hd = p.a.head_dim;
-    const float* base = p.partials + (t * p.a.n_head + h) * p.splits * (hd + 2);
-    float m = -INFINITY;
-    for (int sp = 0; sp < p.splits; ++sp)
-        if (base[sp * (hd + 2) + 1] > 0.0f) m = fmaxf(m, base[sp * (hd + 2)]);
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-        float l = 0.0f, acc = 0.0f;
-        for (int sp = 0; sp < p.splits; ++sp) {
-            const float* part = base + sp * (hd + 2);
-            if (part[1] == 0.0f) continue;
-            const float f = expf(part[0] - m);
-            l += part[1] * f;
-            acc += part[2 + d] * f;
-        }
-        p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
-    }
+    if (p.splits > 1) merge_splits(p, split, sh_acc + kWarps * kMaxGroup * hd, G, h0, t);
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
@@ -246,42 +266,29 @@ __global__ void expand_kv_kernel(KvRegion r, int64_t n_head, int64_t group, int6
 }  // namespace
 
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
-    if (nt > 1) return 1;  // prefill has nt * n_head blocks already
+    if (nt > 1 || !block_clusters()) return 1;  // prefill has nt * n_head blocks already
     const int64_t blocks = a.n_head_kv * ((a.n_head / a.n_head_kv + kMaxGroup - 1) / kMaxGroup);
     return int(
         std::clamp<int64_t>(264 / std::max<int64_t>(blocks, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
 }
 
-int64_t attention_partials_floats(const AttnShape& a, int64_t nt, int64_t n_ctx) {
-    const int splits = attention_splits(a, nt, n_ctx);
-    return splits == 1 ? 0 : nt * a.n_head * splits * (a.head_dim + 2);
-}
-
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-               float* out, float* partials, Stream s) {
+               float* out, Stream s) {
     if (nt <= 0) return;
     if (a.head_dim > 256 || a.n_head % a.n_head_kv != 0)
         throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
     const int64_t group = a.n_head / a.n_head_kv;
-    AttnArgs p{q,
-               r,
-               pos,
-               out,
-               partials,
-               a,
-               int((group + kMaxGroup - 1) / kMaxGroup),
-               attention_splits(a, nt, r.n_ctx)};
+    const AttnArgs p{
+        q, r, pos, out, a, int((group + kMaxGroup - 1) / kMaxGroup), attention_splits(a, nt, r.n_ctx)};
     const dim3 grid(unsigned(a.n_head_kv * p.groups_per_kv), unsigned(nt), unsigned(p.splits));
-    const size_t shmem = size_t(kWarps * kMaxGroup * a.head_dim) * sizeof(float);
+    const size_t shmem = size_t((kWarps + 1) * kMaxGroup * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
     auto* kernel = e == 1   ? attention_kernel<1>
                    : e == 2 ? attention_kernel<2>
                    : e <= 4 ? attention_kernel<4>
                             : attention_kernel<8>;
-    launch("attention kernel", kernel, grid, kWarps * kWarp, shmem, s, p);
-    if (p.splits == 1) return;
-    launch("combine_splits kernel", combine_splits_kernel, dim3(unsigned(a.n_head), unsigned(nt)), 128, 0, s,
-           p);
+    launch_clustered("attention kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kWarps * kWarp, shmem,
+                     s, p);
 }
 
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s) {

@@ -21,17 +21,31 @@ int device_count() {
     return n;
 }
 
-bool early_launch() {
-    static const bool on = [] {
-        int dev = 0, major = 0;
-        if (env_flag("MINFER_NO_PDL") || cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+namespace {
+
+// The current device's compute capability major version; 0 when it cannot be read. Read once.
+int compute_major() {
+    static const int major = [] {
+        int dev = 0, m = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
             cudaGetLastError();
-            return false;
+            return 0;
         }
-        return major >= 9;
+        return m;
     }();
+    return major;
+}
+
+}  // namespace
+
+bool early_launch() {
+    static const bool on = !env_flag("MINFER_NO_PDL") && compute_major() >= 9;
     return on;
+}
+
+bool block_clusters() {
+    return compute_major() >= 9;
 }
 
 int64_t gpu_warps() {

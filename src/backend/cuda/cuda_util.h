@@ -14,6 +14,10 @@ int device_count();
 // capability 9.0 or newer, and MINFER_NO_PDL unset. Read once.
 bool early_launch();
 
+// Whether the device runs thread-block clusters with distributed shared memory (compute capability 9.0
+// or newer). Read once.
+bool block_clusters();
+
 // Warps that fill the current device: 32 per SM. Read once.
 int64_t gpu_warps();
 

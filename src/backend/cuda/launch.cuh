@@ -50,21 +50,38 @@ inline int prefetch_steps(int64_t steps, double bytes) {
     return int(std::ceil(double(steps) * std::min(1.0, kPrefetchBytes / bytes)));
 }
 
-// Launches kernel<<<grid, block, shmem, s>>>(args...), early when the device allows it.
+// Launches kernel<<<grid, block, shmem, s>>>(args...) in thread-block clusters of `cluster` blocks
+// (dim3(1, 1, 1): none; needs block_clusters()), early when the device allows it.
 template <class... Params, class... Args>
-void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
-            Args... args) {
-    cudaLaunchAttribute early{};
-    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early.val.programmaticStreamSerializationAllowed = 1;
+void launch_clustered(const char* what, void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block,
+                      size_t shmem, cudaStream_t s, Args... args) {
+    cudaLaunchAttribute attrs[2]{};
+    unsigned n = 0;
+    if (early_launch()) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster.x * cluster.y * cluster.z > 1) {
+        attrs[n].id = cudaLaunchAttributeClusterDimension;
+        attrs[n].val.clusterDim.x = cluster.x;
+        attrs[n].val.clusterDim.y = cluster.y;
+        attrs[n++].val.clusterDim.z = cluster.z;
+    }
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = shmem;
     cfg.stream = s;
-    cfg.attrs = &early;
-    cfg.numAttrs = early_launch() ? 1 : 0;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
     check(int(cudaLaunchKernelEx(&cfg, kernel, Params(args)...)), what);
+}
+
+// Launches kernel<<<grid, block, shmem, s>>>(args...), early when the device allows it.
+template <class... Params, class... Args>
+void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
+            Args... args) {
+    launch_clustered(what, kernel, grid, dim3(1, 1, 1), block, shmem, s, args...);
 }
 
 }  // namespace minfer::cuda

@@ -48,11 +48,10 @@ struct AttnShape {
 };
 // Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]].
 // out: [nt][n_head * head_dim]. Decode (nt == 1) splits the keys over attention_splits() blocks per
-// head and combines the partial softmaxes; `partials` holds attention_partials_floats() floats.
+// head, one thread-block cluster, which merge their partial softmaxes (1 where clusters are missing).
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
-int64_t attention_partials_floats(const AttnShape& a, int64_t nt, int64_t n_ctx);
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-               float* out, float* partials, Stream s);
+               float* out, Stream s);
 
 // Prefill attention's middle step (the products around it run in cuBLAS): score rows
 // scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero.
