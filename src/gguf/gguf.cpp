@@ -371,16 +371,17 @@ struct FdCloser {
     ~FdCloser() { ::close(fd); }
 };
 
-}  // namespace
-
-namespace {
-
-// True when the kernel can back an madvise(MADV_HUGEPAGE) region with transparent huge pages.
-bool transparent_huge_pages() {
+// Whether a file of `size` bytes goes to huge pages: the kernel can back an madvise(MADV_HUGEPAGE)
+// region with transparent huge pages, and the file takes at most half the machine's memory (a larger
+// one stays mapped, so the page cache can still evict it under pressure).
+bool huge_pages_for(size_t size) {
     std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
     std::string modes;
     std::getline(in, modes);
-    return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+    const bool thp =
+        modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return thp && pages > 0 && page > 0 && size <= size_t(pages) * size_t(page) / 2;
 }
 
 }  // namespace
@@ -396,7 +397,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, Residency wher
     if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
     f->size_ = size_t(st.st_size);
     if (f->size_ > 0) {
-        if (where == Residency::huge_pages && transparent_huge_pages())
+        if (where == Residency::huge_pages && huge_pages_for(f->size_))
             f->read_into_huge_pages(fd, progress);
         else
             f->map(fd);

@@ -62,7 +62,8 @@ struct GgufTensor {
 // Where the file's bytes live once opened.
 enum class Residency : uint8_t {
     mapped,      // memory-mapped from the page cache (shared, nothing copied)
-    huge_pages,  // read into anonymous memory advised for 2 MiB pages (mapped when the kernel has no THP)
+    huge_pages,  // read into anonymous memory advised for 2 MiB pages; mapped when the kernel has no
+                 // transparent huge pages or the file is over half the machine's memory
 };
 
 // Progress of a long load: fn(done_bytes, total_bytes, user), called now and then.

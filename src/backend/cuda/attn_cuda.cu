@@ -75,8 +75,8 @@ __device__ void walk_keys(const AttnArgs& p, const float (&q)[kMaxGroup][kE], in
     }
 }
 
-// A split's softmax state for its heads (max, sum, unnormalized acc), kept in shared memory for the
-// other blocks of its cluster.
+// A split's softmax state for its heads, kept in shared memory for the other blocks of its cluster: max
+// and sum here, the unnormalized acc rows after the warps' in the dynamic shared memory.
 struct SplitState {
     float m[kMaxGroup], l[kMaxGroup];
 };
