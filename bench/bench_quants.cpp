@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/quants.h"
-#include "huge_buffer.h"
+#include "util/huge_pages.h"
 
 namespace {
 
@@ -33,8 +33,8 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
     std::vector<float> y(static_cast<size_t>(rows));
     for (float& v : x) v = dist(rng);
     const size_t w_bytes = row_bytes * size_t(rows);
-    const minfer::bench::HugeBuffer w_mem(w_bytes);  // on 2 MiB pages, as the CPU backend's weights
-    uint8_t* w = w_mem.as<uint8_t>();
+    const minfer::HugePages w_mem(w_bytes);  // on 2 MiB pages, as the CPU backend's weights
+    uint8_t* w = w_mem.data();
     for (int64_t r = 0; r < rows; ++r) {
         for (float& v : src) v = dist(rng);
         q.from_float_ref(src.data(), w + size_t(r) * row_bytes, kCols);

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "huge_buffer.h"
+#include "util/huge_pages.h"
 
 namespace {
 
@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     const size_t n = mib << 17;  // 2^17 uint64 per MiB
-    const minfer::bench::HugeBuffer mem(n * sizeof(uint64_t));
-    uint64_t* buf = mem.as<uint64_t>();
+    const minfer::HugePages mem(n * sizeof(uint64_t));
+    auto* buf = reinterpret_cast<uint64_t*>(mem.data());
     for (size_t i = 0; i < n; ++i) buf[i] = i;  // also faults the pages in
     std::vector<uint64_t> sums(size_t(threads), 0);
     double best = 1e30;

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
+#include <new>
 
 #include "util/error.h"
 
@@ -371,17 +371,11 @@ struct FdCloser {
     ~FdCloser() { ::close(fd); }
 };
 
-// Whether a file of `size` bytes goes to huge pages: the kernel can back an madvise(MADV_HUGEPAGE)
-// region with transparent huge pages, and the file takes at most half the machine's memory (a larger
-// one stays mapped, so the page cache can still evict it under pressure).
+// Whether a file of `size` bytes goes to huge pages: the kernel offers them, and the file takes at most
+// half the machine's memory (a larger one stays mapped, so the page cache can still evict it).
 bool huge_pages_for(size_t size) {
-    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-    std::string modes;
-    std::getline(in, modes);
-    const bool thp =
-        modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    return thp && pages > 0 && page > 0 && size <= size_t(pages) * size_t(page) / 2;
+    return huge_pages_offered() && pages > 0 && page > 0 && size <= size_t(pages) * size_t(page) / 2;
 }
 
 }  // namespace
@@ -409,30 +403,21 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, Residency wher
 void GgufFile::map(int fd) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) throw Error(path_ + ": cannot map file: " + std::strerror(errno));
-    region_ = p;
-    region_len_ = size_;
     base_ = static_cast<const uint8_t*>(p);
 }
 
-// Anonymous memory on a 2 MiB boundary, advised for huge pages, filled by pread: a decode step streams
-// every weight once, and 2 MiB pages spare it a TLB miss every 4 KiB. Nothing of the file stays mapped,
-// so the process holds one copy, as when mapped.
+// Filled by pread: a decode step streams every weight once, and 2 MiB pages spare it a TLB miss every
+// 4 KiB. Nothing of the file stays mapped, so the process holds one copy, as when mapped.
 void GgufFile::read_into_huge_pages(int fd, LoadProgress progress) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t len = (size_ + kHuge - 1) / kHuge * kHuge;
-    void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) throw Error(path_ + ": cannot allocate memory: " + std::strerror(errno));
-    auto* begin = static_cast<uint8_t*>(raw);
-    auto* aligned =
-        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(begin) + kHuge - 1) & ~(kHuge - 1));
-    if (aligned > begin) ::munmap(begin, size_t(aligned - begin));
-    ::munmap(aligned + len, size_t(begin + len + kHuge - (aligned + len)));
-    region_ = aligned;
-    region_len_ = len;
-    ::madvise(aligned, len, MADV_HUGEPAGE);
+    try {
+        copy_ = HugePages(size_);
+    } catch (const std::bad_alloc&) {
+        throw Error(path_ + ": cannot allocate " + std::to_string(size_ >> 20) + " MiB");
+    }
+    uint8_t* dst = copy_.data();
     size_t next_report = kProgressStep;
     for (size_t done = 0; done < size_;) {
-        const ssize_t got = ::pread(fd, aligned + done, std::min(size_ - done, kProgressStep), off_t(done));
+        const ssize_t got = ::pread(fd, dst + done, std::min(size_ - done, kProgressStep), off_t(done));
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) throw Error(path_ + ": cannot read: " + std::strerror(errno));
         if (got == 0) throw Error(path_ + ": file shrank while being read");
@@ -443,13 +428,16 @@ void GgufFile::read_into_huge_pages(int fd, LoadProgress progress) {
         }
     }
     if (progress.fn) progress.fn(size_, size_, progress.user);
-    ::mprotect(aligned, len, PROT_READ);
-    base_ = aligned;
-    residency_ = Residency::huge_pages;
+    copy_.seal();
+    base_ = dst;
+}
+
+Residency GgufFile::residency() const {
+    return copy_.data() ? Residency::huge_pages : Residency::mapped;
 }
 
 GgufFile::~GgufFile() {
-    if (region_) ::munmap(region_, region_len_);
+    if (base_ && !copy_.data()) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

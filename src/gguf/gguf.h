@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/ggml_type.h"
+#include "util/huge_pages.h"
 
 namespace minfer {
 
@@ -107,7 +108,7 @@ class GgufFile {
     const GgufTensor* find_tensor(std::string_view name) const;  // nullptr when absent
     const GgufTensor& tensor(std::string_view name) const;       // throws Error when absent
 
-    Residency residency() const { return residency_; }
+    Residency residency() const;
     // Touches every page of the tensor data (page-in), calling progress(done_bytes, total) now and then.
     void prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const;
 
@@ -119,11 +120,9 @@ class GgufFile {
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
     uint64_t data_offset_ = 0;
-    const uint8_t* base_ = nullptr;  // the file's first byte
+    const uint8_t* base_ = nullptr;  // the file's first byte: in the mapping, or in copy_
     size_t size_ = 0;
-    void* region_ = nullptr;  // what the destructor unmaps: the file mapping or the anonymous copy
-    size_t region_len_ = 0;
-    Residency residency_ = Residency::mapped;
+    HugePages copy_;  // Residency::huge_pages: the file's bytes
     std::map<std::string, GgufValue> kv_;
     std::vector<GgufTensor> tensors_;
     std::map<std::string, size_t, std::less<>> tensor_index_;
