@@ -20,7 +20,7 @@ namespace minfer::cuda {
 namespace {
 
 constexpr int kWarp = kWarpSize;
-constexpr int kWarps = 4;      // warps per block
+constexpr int kWarps = 8;      // warps per block
 constexpr int kMaxGroup = 8;   // query heads per block
 constexpr int kMaxSplits = 8;  // blocks per cluster: the portable cluster size
 
@@ -287,6 +287,14 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
                    : e == 2 ? attention_kernel<2>
                    : e <= 4 ? attention_kernel<4>
                             : attention_kernel<8>;
+    static const bool wide_smem = [] {  // head_dim 256 takes 72 KB, over the default 48 KB
+        constexpr int kMaxBytes = (kWarps + 1) * kMaxGroup * 256 * int(sizeof(float));
+        for (auto* k : {attention_kernel<1>, attention_kernel<2>, attention_kernel<4>, attention_kernel<8>})
+            MINFER_CUDA_CHECK(
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxBytes));
+        return true;
+    }();
+    static_cast<void>(wide_smem);
     launch_clustered("attention kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kWarps * kWarp, shmem,
                      s, p);
 }
