@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -430,10 +431,13 @@ void launch_tokens(const MatvecArgs& a, Stream s) {
     return launch_nt<D, 8, kSwiglu>(a, s);
 }
 
+void check_tokens(int64_t nt, const char* what) {
+    if (nt < 1 || nt > kMaxMatvecTokens) throw Error(std::string(what) + ": token count out of range");
+}
+
 template <bool kSwiglu>
 void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float* y, const float* bias,
          const float* res, Stream s) {
-    if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec: token count out of range");
     with_decoder(w.type, w.n_in, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, "matvec weights");
@@ -450,8 +454,8 @@ void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float*
 
 void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
             Stream s) {
+    check_tokens(nt, "CUDA matvec");
     if (w.tiled) {  // token by token (decode has one; the prefill GEMM takes more than kMaxMatvecTokens)
-        if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec: token count out of range");
         for (int64_t t = 0; t < nt; ++t)
             matvec_tiled(w, x + t * w.n_in, y + t * w.n_out, bias, res ? res + t * w.n_out : nullptr, s);
         return;
@@ -463,8 +467,8 @@ void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out)
         throw Error("CUDA matvec_swiglu: gate and up differ in type or shape");
     if (gate.tiled != up.tiled) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
+    check_tokens(nt, "CUDA matvec_swiglu");
     if (gate.tiled) {
-        if (nt < 1 || nt > kMaxMatvecTokens) throw Error("CUDA matvec_swiglu: token count out of range");
         for (int64_t t = 0; t < nt; ++t)
             matvec_swiglu_tiled(gate, up, x + t * gate.n_in, y + t * gate.n_out, s);
         return;
