@@ -84,7 +84,7 @@ std::unique_ptr<Model> load_model(const std::string& path, BackendKind device) {
     const LoadProgress progress{big && isatty(2) ? draw_progress : nullptr, nullptr};
     const Residency where = device == BackendKind::Cpu ? Residency::huge_pages : Residency::mapped;
     auto model = Model::from_file(GgufFile::open(file, where, progress));
-    if (big && model->file->residency() == Residency::mapped) model->file->prefetch(progress.fn, nullptr);
+    if (big && model->file->residency() == Residency::mapped) model->file->prefetch(progress);
     return model;
 }
 

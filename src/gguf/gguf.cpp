@@ -50,6 +50,21 @@ constexpr size_t kPageSize = 4096;
 constexpr size_t kProgressStep = size_t(64) << 20;
 constexpr uint64_t kInt64Max = uint64_t(std::numeric_limits<int64_t>::max());
 
+// Reports a long load's progress every kProgressStep bytes, then once at its end.
+struct ProgressTicker {
+    LoadProgress progress;
+    size_t total;
+    size_t next = kProgressStep;
+    void at(size_t done) {
+        if (!progress.fn || done < next) return;
+        progress.fn(done, total, progress.user);
+        next += kProgressStep;
+    }
+    void finish() const {
+        if (progress.fn) progress.fn(total, total, progress.user);
+    }
+};
+
 // Smallest on-disk size of one value of type `t` (exact for scalars); 0 for numbers the spec lacks.
 uint64_t min_value_bytes(uint32_t t) {
     if (const int w = gguf_scalar_width(GgufValueType(t))) return uint64_t(w);
@@ -415,19 +430,16 @@ void GgufFile::read_into_huge_pages(int fd, LoadProgress progress) {
         throw Error(path_ + ": cannot allocate " + std::to_string(size_ >> 20) + " MiB");
     }
     uint8_t* dst = copy_.data();
-    size_t next_report = kProgressStep;
+    ProgressTicker ticker{progress, size_};
     for (size_t done = 0; done < size_;) {
         const ssize_t got = ::pread(fd, dst + done, std::min(size_ - done, kProgressStep), off_t(done));
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) throw Error(path_ + ": cannot read: " + std::strerror(errno));
         if (got == 0) throw Error(path_ + ": file shrank while being read");
         done += size_t(got);
-        if (progress.fn && done >= next_report) {
-            progress.fn(done, size_, progress.user);
-            next_report += kProgressStep;
-        }
+        ticker.at(done);
     }
-    if (progress.fn) progress.fn(size_, size_, progress.user);
+    ticker.finish();
     copy_.seal();
     base_ = dst;
 }
@@ -455,19 +467,16 @@ const GgufTensor& GgufFile::tensor(std::string_view name) const {
     throw Error(path_ + ": missing tensor " + quoted(name));
 }
 
-void GgufFile::prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const {
+void GgufFile::prefetch(LoadProgress progress) const {
     const size_t total = data_offset_ < size_ ? size_ - data_offset_ : 0;
     const volatile uint8_t* p = base_ + (total ? data_offset_ : 0);
     uint8_t sink = 0;
-    size_t next_report = kProgressStep;
+    ProgressTicker ticker{progress, total};
     for (size_t off = 0; off < total; off += kPageSize) {
         sink ^= p[off];
-        if (progress && off >= next_report) {
-            progress(off, total, user);
-            next_report += kProgressStep;
-        }
+        ticker.at(off);
     }
-    if (progress) progress(total, total, user);
+    ticker.finish();
     static_cast<void>(sink);
 }
 

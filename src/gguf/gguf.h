@@ -109,8 +109,8 @@ class GgufFile {
     const GgufTensor& tensor(std::string_view name) const;       // throws Error when absent
 
     Residency residency() const;
-    // Touches every page of the tensor data (page-in), calling progress(done_bytes, total) now and then.
-    void prefetch(void (*progress)(size_t done, size_t total, void* user), void* user) const;
+    // Touches every page of the tensor data (page-in), reporting progress now and then.
+    void prefetch(LoadProgress progress = {}) const;
 
   private:
     GgufFile() = default;

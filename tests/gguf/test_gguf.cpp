@@ -186,20 +186,19 @@ TEST_P(SharedModel, PrefetchReportsProgressToTheEnd) {
         size_t calls = 0, last_done = 0, total = 0;
         bool monotonic = true;
     } seen;
-    f_->prefetch(
-        [](size_t done, size_t total, void* user) {
-            auto* s = static_cast<Seen*>(user);
-            s->monotonic = s->monotonic && done >= s->last_done && done <= total;
-            s->calls++;
-            s->last_done = done;
-            s->total = total;
-        },
-        &seen);
+    f_->prefetch({[](size_t done, size_t total, void* user) {
+                      auto* s = static_cast<Seen*>(user);
+                      s->monotonic = s->monotonic && done >= s->last_done && done <= total;
+                      s->calls++;
+                      s->last_done = done;
+                      s->total = total;
+                  },
+                  &seen});
     EXPECT_GE(seen.calls, 1u);
     EXPECT_TRUE(seen.monotonic);
     EXPECT_EQ(seen.total, f_->file_size() - f_->data_offset());
     EXPECT_EQ(seen.last_done, seen.total);
-    f_->prefetch(nullptr, nullptr);
+    f_->prefetch();
 }
 
 std::string param_name(const testing::TestParamInfo<const char*>& info) {
