@@ -380,12 +380,16 @@ struct TestRegion {
 };
 
 // Budget of one head's output, in units of u and max|v| over the keys it sees:
-// - scores: an f32 dot product along at most hd/32 + 5 (warp tree) + 1 (scale) <= 14 roundings, plus
-//   s - m in the exponent: |ds| <= 18u S with S = scale * max_j sum_d |q_d k_jd|; moving every score by at
-//   most ds moves the softmax-weighted mean by at most 2 ds max|v|, i.e. 36u S (40u S budgeted);
+// - scores: (q * scale) . k split over 4 lanes, each four chains of hd/16 FMAs joined by two adds, then
+//   two shuffle adds, plus the rounding of q * scale: hd/16 + 5 roundings, and s - m in the exponent:
+//   |ds| <= (hd/16 + 9)u S with S = scale * max_j sum_d |q_d k_jd|; moving every score by at most ds
+//   moves the softmax-weighted mean by at most 2 ds max|v|, i.e. (hd/8 + 18)u S ((hd/8 + 22)u S
+//   budgeted);
 // - weights and sums: expf (2 ulp), the running sums of p and p v along a warp's K keys (K + ~15
-//   roundings with the rare rescales), the 4-warp merge (~6), the split merge (<= 16 splits: ~20) and
-//   the division, for acc and l each: <= 2K + 110 roundings relative to sum p|v| / l <= max|v|.
+//   roundings with the once-per-tile rescales and the warp sum of l), the 8-warp merge (~10), the split
+//   merge (<= 16 splits: ~20) and the division, for acc and l each: <= 2K + 110 roundings relative to
+//   sum p|v| / l <= max|v|. K follows the kernel's key share: tiles of 8 keys, at least 8 tiles (one per
+//   warp) per split, the warps of a split taking its tiles in turn.
 // Worst case; the observed error is a random walk far below it. One key too many or too few (n_kv <=
 // 2048) moves the output by ~1e-3 max|v|, wrong head mapping or a bad merge by O(max|v|).
 double attention_tol(const float* qh, const TestRegion& reg, int64_t off, int64_t hd, int64_t n_kv,
@@ -399,8 +403,9 @@ double attention_tol(const float* qh, const TestRegion& reg, int64_t off, int64_
         }
         s_max = std::max(s_max, s);
     }
-    const int64_t per_split = (n_kv + splits - 1) / splits, keys_per_warp = (per_split + 3) / 4;
-    return v_max * kU * (2.0 * double(keys_per_warp) + 110.0 + 40.0 * double(scale) * s_max);
+    const int64_t tiles = (n_kv + 7) / 8, per_split = std::max<int64_t>(8, (tiles + splits - 1) / splits);
+    const double keys_per_warp = 8.0 * double((per_split + 7) / 8);
+    return v_max * kU * (2.0 * keys_per_warp + 110.0 + (double(hd) / 8.0 + 22.0) * double(scale) * s_max);
 }
 
 // Runs attention for queries at `pos` over a fresh random region of n_ctx rows and checks every token
@@ -438,8 +443,9 @@ void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide
 }
 
 // Decode (nt == 1) with n_ctx 2048, so the keys are split over several blocks (split-K): positions
-// 0 and 1 leave most splits empty, 2047 is the region's last row; q_stride is wider for every other
-// shape; one short region (fewer rows than the usual split count) and one sharp softmax (large q).
+// up to 63 fit one split (8 tiles of 8 keys), 64 takes a second, 1000 leaves half the splits empty,
+// 2047 is the region's last row; q_stride is wider for every other shape; one short region (fewer rows
+// than the usual split count) and one sharp softmax (large q).
 TEST(CudaOps, AttentionDecode) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(808);
@@ -448,7 +454,8 @@ TEST(CudaOps, AttentionDecode) {
         const cuda::AttnShape a{c.n_head, c.n_head_kv, c.head_dim, c.n_head * c.head_dim, 1.0f};
         EXPECT_GT(cuda::attention_splits(a, 1, 2048), 1)
             << "decode at n_ctx 2048 is meant to exercise split-K";
-        for (int32_t p : {0, 1, 37, 1000, 2047}) check_attention(c, {p}, 2048, i % 2 == 1, 1.0f, rng);
+        for (int32_t p : {0, 1, 7, 37, 63, 64, 1000, 2047})
+            check_attention(c, {p}, 2048, i % 2 == 1, 1.0f, rng);
         check_attention(c, {4}, 5, i % 2 == 0, 1.0f, rng);
     }
     check_attention(kAttnShapes[0], {1000}, 2048, false, 8.0f, rng);

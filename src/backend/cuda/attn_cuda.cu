@@ -1,8 +1,10 @@
 // Attention over the persistent KV region and the fused QKV epilogue. One thread block serves up to
-// kMaxGroup query heads that share a KV head (GQA), so each K/V row is read once for the whole group;
-// its warps walk disjoint keys with an online softmax and combine at the end. Decode splits the keys
-// over the blocks of a thread-block cluster (split-K), which merge their partial softmaxes through
-// distributed shared memory: no second kernel and no partials in global memory.
+// kMaxGroup query heads that share a KV head (GQA), so each K/V row is read once for the whole group.
+// Its warps take tiles of 8 keys in turn: four lanes score each key for every head, the warp updates its
+// online softmax once per tile, then accumulates p * v with the lanes along the head's elements; the
+// warps combine at the end. Decode splits long contexts over the blocks of a thread-block cluster
+// (split-K), which merge their partial softmaxes through distributed shared memory: no second kernel and
+// no partials in global memory.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +29,9 @@ constexpr int kMaxSplits = 8;  // blocks per cluster: the portable cluster size
 __device__ int64_t lmin(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
+__device__ int64_t lmax(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 struct AttnArgs {
     const float* q;
@@ -38,41 +43,103 @@ struct AttnArgs {
     int splits;         // blocks along z, one cluster; each walks a share of the keys
 };
 
-// Online-softmax state of one warp for G heads; lane holds elements lane + 32 e of each head.
+// Keys a warp takes at once (a tile): kLanesPerKey lanes score each, every lane's loads in flight
+// together, then the warp updates each head's softmax once and adds the tile's p * v.
+constexpr int kTile = 8;
+constexpr int kLanesPerKey = kWarp / kTile;
+
+// The keys are cut into tiles. A split gets at least kWarps tiles (one per warp) before the next split
+// gets any, so a short context runs in one block per head group and skips the cluster merge.
+struct KeyShare {
+    int64_t tiles, per_split;
+    int active;  // splits with keys (at least 1)
+    __device__ KeyShare(int64_t n_kv, int splits)
+        : tiles((n_kv + kTile - 1) / kTile),
+          per_split(lmax(int64_t(kWarps), (tiles + splits - 1) / splits)),
+          active(int(lmax(int64_t(1), (tiles + per_split - 1) / per_split))) {}
+};
+
+// Online-softmax state of one warp for G heads: the running max m (the same in every lane), this lane's
+// share of the running sum l, and the lane's elements lane + 32 e of the unnormalized output.
 template <int kE>
 struct WarpState {
     float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kE];
 };
 
+// s[g] = (q_g * scale) . k for the G heads and the lane's key: the key's kLanesPerKey lanes take
+// interleaved 16-byte words of the row (kC = 2 kE words each at most), all loaded before any is used; q
+// comes from shared memory (sq: [G][hd]). Each lane's part is a chain of hd / 16 FMA groups, then two
+// shuffles join the key's lanes.
 template <int kE>
-__device__ void walk_keys(const AttnArgs& p, const float (&q)[kMaxGroup][kE], int G, int64_t kvh, int64_t j0,
-                          int64_t j1, WarpState<kE>& st) {
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    const int64_t hd = p.a.head_dim;
-    for (int64_t j = j0 + warp; j < j1; j += kWarps) {
-        const float* kr = p.r.k + j * p.r.n_embd + kvh * hd;
-        const float* vr = p.r.v + j * p.r.n_embd + kvh * hd;
-        float kv[kE], vv[kE];
+__device__ void score_key(const float* kr, const float* sq, int64_t hd, int G, float (&s)[kMaxGroup]) {
+    constexpr int kC = 2 * kE;
+    const int part = threadIdx.x % kLanesPerKey;
+    float4 k[kC];
 #pragma unroll
-        for (int e = 0; e < kE; ++e) {
-            const int64_t d = lane + kWarp * e;
-            kv[e] = d < hd ? kr[d] : 0.0f;
-            vv[e] = d < hd ? vr[d] : 0.0f;
-        }
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-            if (g >= G) break;
-            float s = 0.0f;
-#pragma unroll
-            for (int e = 0; e < kE; ++e) s += q[g][e] * kv[e];
-            s = warp_sum(s) * p.a.scale;
-            const float m_new = fmaxf(st.m[g], s), corr = expf(st.m[g] - m_new), pr = expf(s - m_new);
-            st.l[g] = st.l[g] * corr + pr;
-#pragma unroll
-            for (int e = 0; e < kE; ++e) st.acc[g][e] = st.acc[g][e] * corr + pr * vv[e];
-            st.m[g] = m_new;
-        }
+    for (int c = 0; c < kC; ++c) {
+        const int64_t d = (c * kLanesPerKey + part) * 4;
+        k[c] = d < hd ? __ldg(reinterpret_cast<const float4*>(kr + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+            const int64_t d = (c * kLanesPerKey + part) * 4;
+            if (g >= G || d >= hd) break;
+            const float4 q = reinterpret_cast<const float4*>(sq + g * hd + d)[0];
+            a.x = fmaf(q.x, k[c].x, a.x), a.y = fmaf(q.y, k[c].y, a.y);
+            a.z = fmaf(q.z, k[c].z, a.z), a.w = fmaf(q.w, k[c].w, a.w);
+        }
+        float v = (a.x + a.y) + (a.z + a.w);
+#pragma unroll
+        for (int o = 1; o < kLanesPerKey; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        s[g] = v;
+    }
+}
+
+// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) for one warp: lanes 4i..4i+3 score key j0 + i for every
+// head; the warp updates each head's max once; then the lanes run along the heads' elements and add
+// p_j * v_j over the tile's keys (the tile's v rows loaded together, p read back from the warp's sp).
+template <int kE>
+__device__ void walk_tile(const AttnArgs& p, const float* sq, float* sp, int G, int64_t kvh, int64_t j0,
+                          int64_t n_kv, WarpState<kE>& st) {
+    const int lane = threadIdx.x % kWarp, key = lane / kLanesPerKey;
+    const int64_t hd = p.a.head_dim, j = j0 + key;
+    float s[kMaxGroup];
+    score_key<kE>(p.r.k + lmin(j, n_kv - 1) * p.r.n_embd + kvh * hd, sq, hd, G, s);
+    float vv[kTile][kE];
+#pragma unroll
+    for (int i = 0; i < kTile; ++i) {
+        const float* vr = p.r.v + lmin(j0 + i, n_kv - 1) * p.r.n_embd + kvh * hd;
+#pragma unroll
+        for (int e = 0; e < kE; ++e) vv[i][e] = lane + kWarp * e < hd ? __ldg(vr + lane + kWarp * e) : 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        const float sg = j < n_kv ? s[g] : -INFINITY;
+        const float m_new = fmaxf(st.m[g], warp_max(sg)), corr = expf(st.m[g] - m_new);
+        const float pr = expf(sg - m_new);
+        st.l[g] = fmaf(st.l[g], corr, lane % kLanesPerKey == 0 ? pr : 0.0f);
+#pragma unroll
+        for (int e = 0; e < kE; ++e) st.acc[g][e] *= corr;
+        st.m[g] = m_new;
+        if (lane % kLanesPerKey == 0) sp[g * kTile + key] = pr;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        const float4 p0 = reinterpret_cast<const float4*>(sp + g * kTile)[0];
+        const float4 p1 = reinterpret_cast<const float4*>(sp + g * kTile)[1];
+        const float pg[kTile] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int i = 0; i < kTile; ++i)
+#pragma unroll
+            for (int e = 0; e < kE; ++e) st.acc[g][e] = fmaf(pg[i], vv[i][e], st.acc[g][e]);
+    }
+    __syncwarp();  // sp is rewritten by the next tile
 }
 
 // A split's softmax state for its heads, kept in shared memory for the other blocks of its cluster: max
@@ -94,18 +161,23 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
         const int g = int(k / hd);
         const int64_t d = k % hd;
         if (g % p.splits != int(cluster.block_rank())) continue;
-        float m = -INFINITY;
-        for (int sp = 0; sp < p.splits; ++sp) {
+        float ms[kMaxSplits], ls[kMaxSplits], as[kMaxSplits];  // every split's state, loaded together
+#pragma unroll
+        for (int sp = 0; sp < kMaxSplits; ++sp) {
+            if (sp >= p.splits) break;
             const SplitState* o = cluster.map_shared_rank(&mine, sp);
-            if (o->l[g] > 0.0f) m = fmaxf(m, o->m[g]);
+            ms[sp] = o->m[g], ls[sp] = o->l[g], as[sp] = cluster.map_shared_rank(my_acc, sp)[g * hd + d];
         }
-        float l = 0.0f, acc = 0.0f;
-        for (int sp = 0; sp < p.splits; ++sp) {
-            const SplitState* o = cluster.map_shared_rank(&mine, sp);
-            if (o->l[g] == 0.0f) continue;
-            const float f = expf(o->m[g] - m);
-            l += o->l[g] * f;
-            acc += cluster.map_shared_rank(my_acc, sp)[g * hd + d] * f;
+        float m = -INFINITY, l = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int sp = 0; sp < kMaxSplits; ++sp)
+            if (sp < p.splits && ls[sp] > 0.0f) m = fmaxf(m, ms[sp]);
+#pragma unroll
+        for (int sp = 0; sp < kMaxSplits; ++sp) {
+            if (sp >= p.splits || ls[sp] == 0.0f) continue;
+            const float f = expf(ms[sp] - m);
+            l += ls[sp] * f;
+            acc += as[sp] * f;
         }
         p.out[(t * p.a.n_head + h0 + g) * hd + d] = l > 0.0f ? acc / l : 0.0f;
     }
@@ -113,40 +185,45 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
 #endif
 }
 
-// One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys.
+// One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys (KeyShare); its
+// warps take the split's tiles in turn, then merge their states in shared memory.
 template <int kE>
 __global__ void attention_kernel(AttnArgs p) {
     begin_kernel();
     __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
+    // Each warp's probabilities of its current tile, read back as float4.
+    __shared__ __align__(16) float sh_p[kWarps][kMaxGroup * kTile];
     __shared__ SplitState split;
-    extern __shared__ float sh_acc[];  // [kWarps + 1][kMaxGroup][head_dim]: the warps', then the split's
+    extern __shared__ float sh_acc[];  // [kWarps + 1][kMaxGroup][hd]: the warps', the split's; then q
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t hd = p.a.head_dim, group = p.a.n_head / p.a.n_head_kv, t = blockIdx.y;
     const int64_t kvh = blockIdx.x / p.groups_per_kv,
                   h0 = kvh * group + (blockIdx.x % p.groups_per_kv) * kMaxGroup;
     const int G = int(lmin(int64_t(kMaxGroup), kvh * group + group - h0));
     const int64_t n_kv = lmin(int64_t(p.pos[t]) + 1, p.r.n_ctx);
-    const int64_t chunk = (n_kv + p.splits - 1) / p.splits, j0 = blockIdx.z * chunk;
-    const int64_t j1 = lmin(n_kv, j0 + chunk);
+    const KeyShare share(n_kv, p.splits);
+    if (share.active == 1 && blockIdx.z > 0) return;  // split 0 holds every key: no merge
 
-    float q[kMaxGroup][kE];
+    float* sq = sh_acc + (kWarps + 1) * kMaxGroup * hd;  // [G][hd] q * scale
+    const float* qt = p.q + t * p.a.q_stride + h0 * hd;
+    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) sq[k] = qt[k] * p.a.scale;
+    __syncthreads();
     WarpState<kE> st;
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
         st.m[g] = -INFINITY;
         st.l[g] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kE; ++e) {
-            const int64_t d = lane + kWarp * e;
-            q[g][e] = g < G && d < hd ? p.q[t * p.a.q_stride + (h0 + g) * hd + d] : 0.0f;
-            st.acc[g][e] = 0.0f;
-        }
+        for (int e = 0; e < kE; ++e) st.acc[g][e] = 0.0f;
     }
-    walk_keys<kE>(p, q, G, kvh, j0, j1, st);
+    const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
+    for (int64_t tile = first + warp; tile < last; tile += kWarps)
+        walk_tile<kE>(p, sq, sh_p[warp], G, kvh, tile * kTile, n_kv, st);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
         if (g >= G) break;
-        if (lane == 0) sh_m[warp][g] = st.m[g], sh_l[warp][g] = st.l[g];
+        const float l = warp_sum(st.l[g]);
+        if (lane == 0) sh_m[warp][g] = st.m[g], sh_l[warp][g] = l;
 #pragma unroll
         for (int e = 0; e < kE; ++e)
             if (lane + kWarp * e < hd) sh_acc[(warp * kMaxGroup + g) * hd + lane + kWarp * e] = st.acc[g][e];
@@ -155,24 +232,24 @@ __global__ void attention_kernel(AttnArgs p) {
     for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) {
         const int g = int(k / hd);
         const int64_t d = k % hd;
-        float m = -INFINITY;
+        float m = -INFINITY, l = 0.0f, acc = 0.0f;
+#pragma unroll
         for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[w][g]);
-        float l = 0.0f, acc = 0.0f;
+#pragma unroll
         for (int w = 0; w < kWarps; ++w) {
-            if (sh_l[w][g] == 0.0f) continue;
-            const float f = expf(sh_m[w][g] - m);
+            const float f = sh_l[w][g] == 0.0f ? 0.0f : expf(sh_m[w][g] - m);
             l += sh_l[w][g] * f;
             acc += sh_acc[(w * kMaxGroup + g) * hd + d] * f;
         }
         const int64_t h = h0 + g;
-        if (p.splits == 1) {
+        if (share.active == 1) {
             p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
             continue;
         }
         if (d == 0) split.m[g] = m, split.l[g] = l;
         sh_acc[(kWarps * kMaxGroup + g) * hd + d] = acc;
     }
-    if (p.splits > 1) merge_splits(p, split, sh_acc + kWarps * kMaxGroup * hd, G, h0, t);
+    if (share.active > 1) merge_splits(p, split, sh_acc + kWarps * kMaxGroup * hd, G, h0, t);
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
@@ -275,20 +352,20 @@ int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
                float* out, Stream s) {
     if (nt <= 0) return;
-    if (a.head_dim > 256 || a.n_head % a.n_head_kv != 0)
+    if (a.head_dim > 256 || a.head_dim % 4 != 0 || a.n_head % a.n_head_kv != 0)
         throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
     const int64_t group = a.n_head / a.n_head_kv;
     const AttnArgs p{
         q, r, pos, out, a, int((group + kMaxGroup - 1) / kMaxGroup), attention_splits(a, nt, r.n_ctx)};
     const dim3 grid(unsigned(a.n_head_kv * p.groups_per_kv), unsigned(nt), unsigned(p.splits));
-    const size_t shmem = size_t((kWarps + 1) * kMaxGroup * a.head_dim) * sizeof(float);
+    const size_t shmem = size_t((kWarps + 2) * kMaxGroup * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
     auto* kernel = e == 1   ? attention_kernel<1>
                    : e == 2 ? attention_kernel<2>
                    : e <= 4 ? attention_kernel<4>
                             : attention_kernel<8>;
-    static const bool wide_smem = [] {  // head_dim 256 takes 72 KB, over the default 48 KB
-        constexpr int kMaxBytes = (kWarps + 1) * kMaxGroup * 256 * int(sizeof(float));
+    static const bool wide_smem = [] {  // head_dim 256 takes 80 KB, over the default 48 KB
+        constexpr int kMaxBytes = (kWarps + 2) * kMaxGroup * 256 * int(sizeof(float));
         for (auto* k : {attention_kernel<1>, attention_kernel<2>, attention_kernel<4>, attention_kernel<8>})
             MINFER_CUDA_CHECK(
                 cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxBytes));

@@ -47,8 +47,9 @@ struct AttnShape {
     float scale;
 };
 // Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]].
-// out: [nt][n_head * head_dim]. Decode (nt == 1) splits the keys over attention_splits() blocks per
-// head, one thread-block cluster, which merge their partial softmaxes (1 where clusters are missing).
+// out: [nt][n_head * head_dim]. Decode (nt == 1) splits contexts of more than 64 keys over up to
+// attention_splits() blocks per head, one thread-block cluster, which merge their partial softmaxes (1
+// where clusters are missing).
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
                float* out, Stream s);

@@ -1,4 +1,4 @@
-// Warp and block sums shared by the CUDA kernels.
+// Warp and block reductions shared by the CUDA kernels.
 #pragma once
 
 namespace minfer::cuda {
@@ -7,6 +7,11 @@ constexpr int kWarpSize = 32;
 
 __device__ inline float warp_sum(float v) {
     for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v) {
+    for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
