@@ -64,6 +64,15 @@ struct KeyShare {
 template <int kE>
 struct WarpState {
     float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kE];
+    __device__ WarpState() {
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+            m[g] = -INFINITY;
+            l[g] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kE; ++e) acc[g][e] = 0.0f;
+        }
+    }
 };
 
 // s[g] = (q_g * scale) . k for the G heads and the lane's key: the key's kLanesPerKey lanes take
@@ -209,13 +218,6 @@ __global__ void attention_kernel(AttnArgs p) {
     for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) sq[k] = qt[k] * p.a.scale;
     __syncthreads();
     WarpState<kE> st;
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-        st.m[g] = -INFINITY;
-        st.l[g] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kE; ++e) st.acc[g][e] = 0.0f;
-    }
     const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
         walk_tile<kE>(p, sq, sh_p[warp], G, kvh, tile * kTile, n_kv, st);
