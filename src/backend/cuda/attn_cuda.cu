@@ -194,11 +194,25 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
 #endif
 }
 
+// Starts the L2 fetch of the K and V rows [j0, j1) of one head (hd floats at `off` in each row). The rows
+// before the query's own were written by earlier steps and the positions by the host before this step's
+// first kernel, so this runs before waiting for the previous kernel (which writes the query's row: a line
+// fetched early is updated in L2 by that write).
+__device__ void prefetch_keys(const KvRegion& r, int64_t off, int64_t hd, int64_t j0, int64_t j1) {
+    const int64_t lines = (hd * int64_t(sizeof(float)) + 127) / 128, per_row = 2 * lines;
+    for (int64_t k = threadIdx.x; k < (j1 - j0) * per_row; k += blockDim.x) {
+        const int64_t j = j0 + k / per_row, line = k % per_row % lines;
+        const float* row = (k % per_row < lines ? r.k : r.v) + j * r.n_embd + off;
+        prefetch_l2(reinterpret_cast<const char*>(row) + line * 128);
+    }
+}
+
 // One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys (KeyShare); its
-// warps take the split's tiles in turn, then merge their states in shared memory.
+// warps take the split's tiles in turn, then merge their states in shared memory. The block's K and V
+// rows are fetched into L2 before it waits for the previous kernel.
 template <int kE>
 __global__ void attention_kernel(AttnArgs p) {
-    begin_kernel();
+    release_next();
     __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
     // Each warp's probabilities of its current tile, read back as float4.
     __shared__ __align__(16) float sh_p[kWarps][kMaxGroup * kTile];
@@ -212,13 +226,15 @@ __global__ void attention_kernel(AttnArgs p) {
     const int64_t n_kv = lmin(int64_t(p.pos[t]) + 1, p.r.n_ctx);
     const KeyShare share(n_kv, p.splits);
     if (share.active == 1 && blockIdx.z > 0) return;  // split 0 holds every key: no merge
+    const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
+    prefetch_keys(p.r, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
+    wait_for_inputs();
 
     float* sq = sh_acc + (kWarps + 1) * kMaxGroup * hd;  // [G][hd] q * scale
     const float* qt = p.q + t * p.a.q_stride + h0 * hd;
     for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) sq[k] = qt[k] * p.a.scale;
     __syncthreads();
     WarpState<kE> st;
-    const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
         walk_tile<kE>(p, sq, sh_p[warp], G, kvh, tile * kTile, n_kv, st);
 #pragma unroll
@@ -281,23 +297,28 @@ struct EpilogueArgs {
     KvRegion r;
 };
 
-// RoPE of element d of a head held in `sh` (all threads of the block call it; x is sh[d]).
-__device__ float rope_element(const float* sh, int64_t d, float x, int32_t p, const RopeShape& r) {
+// RoPE of element d of a head at position p: its partner element and the rotation's cosine and sine
+// (in double, as the CPU reference computes them). Elements past n_rot keep their value (c = 1, s = 0).
+struct RopeTerm {
+    int64_t partner;
+    float c, s;
+};
+__device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r) {
     const int64_t half = r.n_rot / 2;
-    if (d >= r.n_rot) return x;
+    if (d >= r.n_rot) return {d, 1.0f, 0.0f};
     const int64_t i = r.neox ? d % half : d / 2;
     const bool first = r.neox ? d < half : d % 2 == 0;
     const int64_t partner = r.neox ? (first ? d + half : d - half) : (first ? d + 1 : d - 1);
     const double theta = double(p) * pow(double(r.freq_base), -2.0 * double(i) / double(r.n_rot));
     double sd, cd;
     sincos(theta, &sd, &cd);
-    const float c = float(cd), s = float(sd);
-    return first ? x * c - sh[partner] * s : sh[partner] * s + x * c;
+    return {partner, float(cd), first ? -float(sd) : float(sd)};
 }
 
-// Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element.
+// Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element. The bias, the
+// norm weight and the RoPE angle do not depend on the previous kernel: they are ready before waiting.
 __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
-    begin_kernel();
+    release_next();
     extern __shared__ float sh[];  // [head_dim]
     const QkvEpilogue& e = p.e;
     const int64_t hd = e.rope.head_dim, t = blockIdx.y, d = threadIdx.x, n_q = e.rope.n_head;
@@ -309,15 +330,18 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
                                    : p.v + t * e.v_stride;
     const float* bias = kind == 0 ? e.bq : kind == 1 ? e.bk : e.bv;
     const float* norm = kind == 0 ? e.q_norm : kind == 1 ? e.k_norm : nullptr;
-    float x = d < hd ? src[h * hd + d] + (bias ? bias[h * hd + d] : 0.0f) : 0.0f;
+    const float b_d = d < hd && bias ? bias[h * hd + d] : 0.0f, w_d = d < hd && norm ? norm[d] : 0.0f;
+    const RopeTerm rt = rope_term(d, int32_t(pos), e.rope);
+    wait_for_inputs();
+    float x = d < hd ? src[h * hd + d] + b_d : 0.0f;
     if (norm) {
         const float ss = block_sum(x * x);
-        x = d < hd ? x * rsqrtf(ss / float(hd) + e.eps) * norm[d] : 0.0f;
+        x = d < hd ? x * rsqrtf(ss / float(hd) + e.eps) * w_d : 0.0f;
     }
     if (kind != 2) {
         if (d < hd) sh[d] = x;
         __syncthreads();
-        if (d < hd) x = rope_element(sh, d, x, int32_t(pos), e.rope);
+        if (d < hd) x = x * rt.c + sh[rt.partner] * rt.s;
     }
     if (d >= hd) return;
     if (kind == 0) {

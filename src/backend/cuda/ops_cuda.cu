@@ -24,16 +24,22 @@ unsigned blocks_for(int64_t n, int threads) {
 // again.
 constexpr int kNormRegs = 4;
 
+// The weights do not depend on the previous kernel: their loads are issued before waiting for it.
 __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t d, float eps) {
-    begin_kernel();
+    release_next();
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
     float xv[kNormRegs], wv[kNormRegs], ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
         const int64_t i = threadIdx.x + k * int64_t(blockDim.x);
-        xv[k] = i < d ? xr[i] : 0.0f;
         wv[k] = i < d ? w[i] : 0.0f;
+    }
+    wait_for_inputs();
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+        const int64_t i = threadIdx.x + k * int64_t(blockDim.x);
+        xv[k] = i < d ? xr[i] : 0.0f;
         ss += xv[k] * xv[k];
     }
     for (int64_t i = threadIdx.x + kNormRegs * int64_t(blockDim.x); i < d; i += blockDim.x)
