@@ -3,13 +3,16 @@
 # For each model, runs `minfer bench` and `llama-bench` alternately R times (one repetition each, so both
 # engines see the same machine load), then prints one markdown table: engine | model | test |
 # tok/s mean ± sd | ratio minfer/llama.cpp. Also measures DRAM read bandwidth (membw) and prints the
-# decode roofline fraction = tg tok/s × model tensor bytes / bandwidth (each token reads every weight once).
-# Environment: R (default 3), T threads (default 2), BUILD (default build-perf: minfer, membw),
+# decode roofline fraction = tg tok/s × model tensor bytes / bandwidth (each token reads every weight once;
+# at a depth it also reads the KV cache, which the fraction leaves out).
+# Environment: R (default 3), T threads (default 2), D context depth (default 0: both engines' -d, the
+# tests then run after D prefilled tokens), BUILD (default build-perf: minfer, membw),
 # MINFER (default $BUILD/minfer), LLAMACPP (default ../shared/tools/llamacpp).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 R=${R:-3}
 T=${T:-2}
+D=${D:-0}
 BUILD=${BUILD:-$root/build-perf}
 MINFER=${MINFER:-$BUILD/minfer}
 LLAMACPP=${LLAMACPP:-$root/../shared/tools/llamacpp}
@@ -20,17 +23,18 @@ trap 'rm -rf "$tmp"' EXIT
 for model in "$@"; do
   for i in $(seq "$R"); do
     echo "$(basename "$model"): run $i/$R" >&2
-    "$MINFER" bench -m "$model" -p 512 -n 128 -t "$T" -r 1 --json >> "$tmp/minfer.jsonl"
-    "$LLAMACPP" llama-bench -m "$model" -p 512 -n 128 -t "$T" -r 1 -o json 2>/dev/null |
+    "$MINFER" bench -m "$model" -p 512 -n 128 -d "$D" -t "$T" -r 1 --json >> "$tmp/minfer.jsonl"
+    "$LLAMACPP" llama-bench -m "$model" -p 512 -n 128 -d "$D" -t "$T" -r 1 -o json 2>/dev/null |
       python3 -c 'import json, sys; print(json.dumps({"model": sys.argv[1], "runs": json.load(sys.stdin)}))' \
         "$model" >> "$tmp/llama.jsonl"
   done
 done
 bw=$("$BUILD/membw" "$T" 2>/dev/null | awk '{print $2}')
 
-python3 - "$tmp" "$bw" "$T" <<'PY'
+python3 - "$tmp" "$bw" "$T" "$D" <<'PY'
 import json, os, statistics, sys
-tmp, bw, threads = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+tmp, bw, threads, depth = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+at = f" @ d{depth}" if depth else ""
 rates, size = {}, {}  # (engine, model, test) -> [tok/s]; model -> tensor bytes
 for line in open(f"{tmp}/minfer.jsonl"):
     j = json.loads(line)
@@ -54,8 +58,8 @@ for m in models:
         for engine in ("minfer", "llama.cpp"):
             mean, sd = stat(rates[(engine, m, test)])
             ratio = f"{mean / ref:.2f}" if engine == "minfer" else ""
-            print(f"| {engine} | {os.path.basename(m)} | {test} | {mean:.2f} ± {sd:.2f} | {ratio} |")
-print("\n| engine | model | tensor MB | tg128 tok/s | decode roofline fraction |")
+            print(f"| {engine} | {os.path.basename(m)} | {test}{at} | {mean:.2f} ± {sd:.2f} | {ratio} |")
+print(f"\n| engine | model | tensor MB | tg128{at} tok/s | decode roofline fraction |")
 print("| --- | --- | ---: | ---: | ---: |")
 for m in models:
     for engine in ("minfer", "llama.cpp"):

@@ -62,14 +62,31 @@ TEST(CliBench, JsonHasPositiveFiniteRates) {
 TEST(CliBench, ZeroSkipsATest) {
     const json j = parse_stdout(run_cli({"bench", "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json"}));
     EXPECT_TRUE(j.contains("tg4"));
-    EXPECT_EQ(j.size(), 4u) << j.dump();  // model, threads, device, tg4
+    EXPECT_EQ(j.size(), 5u) << j.dump();  // model, threads, device, depth, tg4
     EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["depth"], 0);
+}
+
+// -d D prefills D tokens before each repetition: the test runs at depth D (llama-bench's --n-depth), and
+// the context holds D + N positions (a too-small one would fail the run).
+TEST(CliBench, DepthRunsTheTestsAfterAPrefilledContext) {
+    const json j =
+        parse_stdout(run_cli({"bench", "-p", "8", "-n", "4", "-d", "40", "-r", "1", "-t", "1", "--json"}));
+    EXPECT_EQ(j["depth"], 40);
+    for (const char* test : {"pp8", "tg4"}) {
+        ASSERT_TRUE(j.contains(test)) << test;
+        EXPECT_GT(j[test]["mean"].get<double>(), 0.0) << test;
+    }
+    const CliResult r = run_cli({"bench", "-p", "0", "-n", "2", "-d", "3", "-r", "1", "-t", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_NE(r.out.find("| tg2 @ d3 |"), std::string::npos) << r;
 }
 
 TEST(CliBench, BadFlagsFailCleanly) {
     for (const std::vector<std::string>& args :
          std::vector<std::vector<std::string>>{{"bench", "-r", "0"},
                                                {"bench", "-p", "-1"},
+                                               {"bench", "-d", "-1"},
                                                {"bench", "-p", "0", "-n", "0"},
                                                {"bench", "-t", "x"}}) {
         const CliResult r = run_cli(args);
