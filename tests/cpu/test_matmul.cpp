@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels_avx2.h"
 #include "backend/cpu/matmul.h"
 #include "cpu_test_util.h"
 #include "util/error.h"
@@ -185,6 +186,47 @@ TEST(Matmul, RejectsRowLengthOffBlockSize) {
         EXPECT_THROW(matmul(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr, pool), Error) << q->name;
         EXPECT_THROW(matmul_ref(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr), Error) << q->name;
     }
+}
+
+// The prefill panel kernels alone, for token counts that take the one-group and the two-group kernels
+// and their tails, and a partial panel: the AVX-512 micro-kernels must give the AVX2 ones' bits (same FMA
+// sequence per row and token), and both stay within the summation budget of check_against_ref ((n_in + 16) kU
+// * sum|w_i x_i|) of a double-precision sum.
+TEST(Matmul, PanelKernelsAgreeAcrossIsas) {
+    if (!cpu_has_avx2() || !__builtin_cpu_supports("avx512f"))
+        GTEST_SKIP() << "this CPU lacks AVX-512F (or AVX2): only one set of panel kernels can run";
+    std::mt19937 rng(77);
+    for (const int64_t n_in : {int64_t(1), int64_t(7), int64_t(64), int64_t(65), int64_t(200)})
+        for (const int64_t nr : {int64_t(16), int64_t(5)})
+            for (const int64_t nt :
+                 {int64_t(1), int64_t(4), int64_t(6), int64_t(7), int64_t(12), int64_t(13), int64_t(25)}) {
+                SCOPED_TRACE("n_in " + std::to_string(n_in) + " nr " + std::to_string(nr) + " nt " +
+                             std::to_string(nt));
+                const auto w = random_floats(rng, nr * n_in, -1.0f, 1.0f);
+                const auto x = random_floats(rng, nt * n_in, -1.0f, 1.0f);
+                std::vector<float> panel(size_t(avx2::kPanelRows * n_in));
+                std::vector<float> xp(
+                    size_t((nt + avx2::kPanelTokens - 1) / avx2::kPanelTokens * avx2::kPanelTokens * n_in));
+                avx2::pack_panel(w.data(), nr, n_in, panel.data());
+                avx2::pack_tokens(x.data(), nt, n_in, xp.data());
+                std::vector<float> y2(size_t(nt * nr)), y512(size_t(nt * nr));
+                avx2::matmul_panel(panel.data(), nr, xp.data(), nt, n_in, y2.data(), nr,
+                                   avx2::panel_micros());
+                avx2::matmul_panel(panel.data(), nr, xp.data(), nt, n_in, y512.data(), nr,
+                                   avx512::panel_micros());
+                EXPECT_EQ(y512, y2);
+                for (int64_t t = 0; t < nt; ++t)
+                    for (int64_t r = 0; r < nr; ++r) {
+                        double exact = 0.0, sum_abs = 0.0;
+                        for (int64_t k = 0; k < n_in; ++k) {
+                            const double p =
+                                double(w[size_t(r * n_in + k)]) * double(x[size_t(t * n_in + k)]);
+                            exact += p, sum_abs += std::fabs(p);
+                        }
+                        EXPECT_NEAR(y512[size_t(t * nr + r)], exact, double(n_in + 16) * kU * sum_abs)
+                            << "t " << t << " r " << r;
+                    }
+            }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Internal: AVX2/FMA versions of the CPU kernels (defined in *_avx2.cpp, which are compiled with
-// -mavx2 -mfma -mf16c). Call them only when cpu_has_avx2() is true; the public entry points in
-// ops.h / matmul.h do that dispatch.
+// -mavx2 -mfma -mf16c), and the AVX-512 prefill micro-kernels (matmul_avx512.cpp). Call them only when
+// cpu_has_avx2() is true; the public entry points in ops.h / matmul.h do that dispatch.
 #pragma once
 #include <cstdint>
 
@@ -32,10 +32,25 @@ constexpr int64_t kPanelTokens = 6;
 void pack_panel(const float* w, int64_t nr, int64_t n_in, float* panel);
 void pack_tokens(const float* x, int64_t nt, int64_t n_in, float* xp);
 
-// y[t * y_stride + r] = w_r . x_t for the panel's nr rows against nt packed tokens: register-blocked
-// outer products (16 rows x 6 tokens), f32 FMA accumulation in k blocks of 64 summed into y.
+// The register-blocked micro-kernels: outer products of the panel's 16 rows and T tokens over k in
+// [k0, k1), stored to (add: added to) y[t * y_stride + r]. Tokens 0..5 come from the packed group at xg,
+// tokens 6.. from the next group (xg + group_stride). micros[T - 1] serves T <= kPanelTokens tokens of
+// one group; micros[kPanelTokens] two full groups at once (12 tokens), or is null.
+using PanelMicroFn = void (*)(const float* panel, const float* xg, int64_t group_stride, int64_t k0,
+                              int64_t k1, float* y, int64_t y_stride, bool add);
+const PanelMicroFn* panel_micros();
+
+// y[t * y_stride + r] = w_r . x_t for the panel's nr rows against nt packed tokens with the micro-kernels
+// `micros` (this file's or avx512's: they give the same bits), f32 FMA accumulation in k blocks of 64
+// summed into y.
 void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, int64_t n_in, float* y,
-                  int64_t y_stride);
+                  int64_t y_stride, const PanelMicroFn* micros);
 
 }  // namespace avx2
+
+// AVX-512F micro-kernels of the same panel format (matmul_avx512.cpp, compiled with -mavx512f). Call
+// only when the CPU has AVX-512F; matmul.cpp chooses.
+namespace avx512 {
+const avx2::PanelMicroFn* panel_micros();
+}  // namespace avx512
 }  // namespace minfer::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels_avx2.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -32,10 +33,18 @@ void dot_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
     }
 }
 
+// The prefill micro-kernels for this CPU: AVX-512F where it has it (unless MINFER_NO_AVX512=1), else
+// AVX2; both give the same bits.
+const avx2::PanelMicroFn* panel_micros() {
+    static const bool avx512 = __builtin_cpu_supports("avx512f") && !env_flag("MINFER_NO_AVX512");
+    return avx512 ? avx512::panel_micros() : avx2::panel_micros();
+}
+
 // Rows [o0, o1) for many tokens (xp: x packed by avx2::pack_tokens): dequantize 16 rows at a time into
 // thread-local f32 scratch, pack them k-major into a panel (which stays in L2 while every token passes
-// over it) and run the register-blocked outer-product kernel.
-void tiled_rows(const MatmulArgs& a, const float* xp, int64_t o0, int64_t o1) {
+// over it) and run the register-blocked outer-product kernels.
+void tiled_rows(const MatmulArgs& a, const float* xp, const avx2::PanelMicroFn* micros, int64_t o0,
+                int64_t o1) {
     thread_local std::vector<float> scratch, panel;
     const bool f32 = a.q.type == GgmlType::F32;
     const size_t panel_floats = size_t(avx2::kPanelRows * a.n_in);
@@ -51,7 +60,7 @@ void tiled_rows(const MatmulArgs& a, const float* xp, int64_t o0, int64_t o1) {
             wf = scratch.data();
         }
         avx2::pack_panel(wf, nr, a.n_in, panel.data());
-        avx2::matmul_panel(panel.data(), nr, xp, a.nt, a.n_in, a.y + o, a.n_out);
+        avx2::matmul_panel(panel.data(), nr, xp, a.nt, a.n_in, a.y + o, a.n_out, micros);
         if (!a.bias) continue;
         for (int64_t t = 0; t < a.nt; ++t)
             for (int64_t r = 0; r < nr; ++r) a.y[t * a.n_out + o + r] += a.bias[o + r];
@@ -124,8 +133,9 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     } else if (nt > 1 && cpu_has_avx2()) {
         const float* xp = pack_activations(x, nt, n_in, pool);
         const int64_t panels = (n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;
+        const avx2::PanelMicroFn* micros = panel_micros();
         pool.for_each_dynamic(panels, [&](int64_t p, int) {
-            tiled_rows(a, xp, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
+            tiled_rows(a, xp, micros, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
         });
     } else {
         pool.parallel_for_stealing(n_out, chunk_rows(a),

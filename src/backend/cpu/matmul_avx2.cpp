@@ -1,4 +1,5 @@
-// AVX2/FMA f32 micro-kernels for the prefill matmul (see kernels_avx2.h). Scalar twin: matmul_ref.
+// AVX2/FMA f32 micro-kernels for the prefill matmul and the panel driver that runs them or the AVX-512
+// ones (see kernels_avx2.h). Scalar twin: matmul_ref.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@ constexpr int64_t kBlockK = 64;
 // 1 broadcast = 15), then stored to (or, for a later k block, added to) the 16 outputs
 // y[t * y_stride + r] of each token.
 template <int T>
-void micro(const float* panel, const float* xg, int64_t k0, int64_t k1, float* y, int64_t y_stride,
+void micro(const float* panel, const float* xg, int64_t, int64_t k0, int64_t k1, float* y, int64_t y_stride,
            bool add) {
     __m256 acc[T][2];
     for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
@@ -61,12 +62,16 @@ inline void transpose_8x8(const float* p, int64_t stride, int64_t n, __m256 (&c)
     }
 }
 
-using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, bool);
-
-// Every token count up to kPanelTokens, so token tails run register-blocked too: kMicro[tokens - 1].
-constexpr MicroFn kMicro[kPanelTokens] = {micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
+// Every token count up to kPanelTokens, so token tails run register-blocked too: kMicro[tokens - 1]. No
+// two-group kernel: 12 tokens would need 24 accumulators of the 16 registers.
+constexpr PanelMicroFn kMicro[kPanelTokens + 1] = {micro<1>, micro<2>, micro<3>, micro<4>,
+                                                   micro<5>, micro<6>, nullptr};
 
 }  // namespace
+
+const PanelMicroFn* panel_micros() {
+    return kMicro;
+}
 
 void pack_tokens(const float* x, int64_t nt, int64_t n_in, float* xp) {
     for (int64_t g = 0; g < nt; g += kPanelTokens, xp += kPanelTokens * n_in) {
@@ -99,7 +104,7 @@ void pack_panel(const float* w, int64_t nr, int64_t n_in, float* panel) {
 }
 
 void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, int64_t n_in, float* y,
-                  int64_t y_stride) {
+                  int64_t y_stride, const PanelMicroFn* micros) {
     // A partial panel computes all 16 rows into scratch ([nt, 16]) and copies its nr rows out.
     thread_local std::vector<float> part;
     float* out = y;
@@ -108,13 +113,16 @@ void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, i
         part.resize(size_t(nt * kPanelRows));
         out = part.data(), out_stride = kPanelRows;
     }
-    // Token groups outer: a group's outputs stay in L1 while its k blocks add into them; the panel and
-    // the group's packed activations stream in order.
-    for (int64_t t = 0; t < nt; t += kPanelTokens) {
-        const int64_t tn = std::min<int64_t>(kPanelTokens, nt - t);
+    // Token groups outer (one or, with a two-group kernel, two at a time): a group's outputs stay in L1
+    // while its k blocks add into them; the panel and the group's packed activations stream in order.
+    for (int64_t t = 0; t < nt;) {
+        const bool pair = micros[kPanelTokens] && nt - t >= 2 * kPanelTokens;
+        const int64_t tn = pair ? 2 * kPanelTokens : std::min<int64_t>(kPanelTokens, nt - t);
+        const PanelMicroFn micro = pair ? micros[kPanelTokens] : micros[tn - 1];
         for (int64_t k0 = 0; k0 < n_in; k0 += kBlockK)
-            kMicro[tn - 1](panel, xp + t * n_in, k0, std::min(n_in, k0 + kBlockK), out + t * out_stride,
-                           out_stride, k0 > 0);
+            micro(panel, xp + t * n_in, kPanelTokens * n_in, k0, std::min(n_in, k0 + kBlockK),
+                  out + t * out_stride, out_stride, k0 > 0);
+        t += tn;
     }
     if (out == y) return;
     for (int64_t t = 0; t < nt; ++t) std::copy_n(out + t * kPanelRows, nr, y + t * y_stride);
