@@ -193,8 +193,9 @@ TEST(Matmul, RejectsRowLengthOffBlockSize) {
 // sequence per row and token), and both stay within the summation budget of check_against_ref ((n_in + 16) kU
 // * sum|w_i x_i|) of a double-precision sum.
 TEST(Matmul, PanelKernelsAgreeAcrossIsas) {
-    if (!cpu_has_avx2() || !__builtin_cpu_supports("avx512f"))
-        GTEST_SKIP() << "this CPU lacks AVX-512F (or AVX2): only one set of panel kernels can run";
+    if (!cpu_has_avx2() || !quants_use_avx512())
+        GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI), or MINFER_NO_AVX512 is set: only the AVX2 "
+                        "panel kernels run";
     std::mt19937 rng(77);
     for (const int64_t n_in : {int64_t(1), int64_t(7), int64_t(64), int64_t(65), int64_t(200)})
         for (const int64_t nr : {int64_t(16), int64_t(5)})

@@ -96,8 +96,7 @@ TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
 // levels with m_w * s, for Q4_0 / Q5_0 too, where the reference uses signed levels) in their own chain, then
 // reduces: every term passes through at most n/16 + 16 roundings, so |simd - ref| <= (n/16 + 16) u sum_i
 // (|w_i - mu_i| + |mu_i|) |x2_i|.
-TEST_P(Int8x2Type, SimdVecDotMatchesReference) {
-    const QuantTraits& q = traits(GetParam());
+void check_x2_dot(const QuantTraits& q, float (*dot)(const void*, const void*, int64_t), const char* isa) {
     std::mt19937 rng(17);
     for (int64_t n : lengths(q)) {
         for (int trial = 0; trial < 4; ++trial) {
@@ -112,11 +111,37 @@ TEST_P(Int8x2Type, SimdVecDotMatchesReference) {
             for (int64_t i = 0; i < n; ++i)
                 mag += (std::fabs(double(w[i]) - mu[i]) + std::fabs(mu[i])) * std::fabs(x2_value(xq, i));
             const float ref = q.vec_dot_x2_ref(row.data(), xq.data(), n);
-            const float simd = q.vec_dot_x2(row.data(), xq.data(), n);
+            const float simd = dot(row.data(), xq.data(), n);
             const double budget = (double(n) / 16.0 + 16.0) * kU * mag * (1.0 + 1e-6);
-            EXPECT_NEAR(simd, ref, budget + 1e-30) << q.name << " n=" << n << " trial " << trial;
+            EXPECT_NEAR(simd, ref, budget + 1e-30)
+                << q.name << " " << isa << " n=" << n << " trial " << trial;
         }
     }
+}
+
+TEST_P(Int8x2Type, SimdVecDotMatchesReference) {
+    const QuantTraits& q = traits(GetParam());
+    check_x2_dot(q, q.vec_dot_x2, "table");
+}
+
+// The table holds one SIMD dot per type, the widest this CPU runs; the types with an AVX-512 dot also
+// keep their AVX2 one, and each is checked wherever the CPU runs it (the AVX-512 ones pair two blocks
+// per vector: the same budget holds, with n/64 + 6 roundings per lane chain).
+using Dot = float (*)(const void*, const void*, int64_t);
+const std::pair<GgmlType, std::pair<Dot, Dot>> kWideDots[] = {
+    {GgmlType::Q4_0, {quants::avx2::vec_dot_x2_q4_0, quants::avx512::vec_dot_x2_q4_0}},
+    {GgmlType::Q5_0, {quants::avx2::vec_dot_x2_q5_0, quants::avx512::vec_dot_x2_q5_0}},
+};
+
+TEST(Int8x2Dots, Avx2MatchesReference) {
+    if (!quants_use_avx2()) GTEST_SKIP() << "this CPU lacks AVX2";
+    for (const auto& [type, fns] : kWideDots) check_x2_dot(traits(type), fns.first, "avx2");
+}
+
+TEST(Int8x2Dots, Avx512MatchesReference) {
+    if (!quants_use_avx512())
+        GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI), or MINFER_NO_AVX512 is set";
+    for (const auto& [type, fns] : kWideDots) check_x2_dot(traits(type), fns.second, "avx512");
 }
 
 // The int8x2 dot against the f32 reference dot on the unquantized activations. The minimum terms use

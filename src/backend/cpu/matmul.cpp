@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "backend/cpu/kernels_avx2.h"
-#include "util/env.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -33,11 +32,10 @@ void dot_rows(const MatmulArgs& a, int64_t o0, int64_t o1) {
     }
 }
 
-// The prefill micro-kernels for this CPU: AVX-512F where it has it (unless MINFER_NO_AVX512=1), else
-// AVX2; both give the same bits.
+// The prefill micro-kernels for this CPU: AVX-512 where quants_use_avx512(), else AVX2; both give the
+// same bits.
 const avx2::PanelMicroFn* panel_micros() {
-    static const bool avx512 = __builtin_cpu_supports("avx512f") && !env_flag("MINFER_NO_AVX512");
-    return avx512 ? avx512::panel_micros() : avx2::panel_micros();
+    return quants_use_avx512() ? avx512::panel_micros() : avx2::panel_micros();
 }
 
 // Rows [o0, o1) for many tokens (xp: x packed by avx2::pack_tokens): dequantize 16 rows at a time into

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/cpu/quants_impl.h"
+#include "util/env.h"
 #include "util/fp16.h"
 
 namespace minfer {
@@ -400,11 +401,14 @@ std::array<QuantTraits, 11> build_table() {
                                                      v::to_float_q5_k, v::dot_q5_k, s),
         entry<BlockQ6K, kQKK, deq_q6_k>(GgmlType::Q6_K, "Q6_K", quant_q6_k, v::to_float_q6_k, v::dot_q6_k, s),
     };
+    const bool wide = quants_use_avx512();
     const std::pair<GgmlType, Q8Fns> q8[] = {
         {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0, r::vec_dot_x2_q8_0, v::vec_dot_x2_q8_0)},
-        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0, r::vec_dot_x2_q4_0, v::vec_dot_x2_q4_0)},
+        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0, r::vec_dot_x2_q4_0,
+                             wide ? quants::avx512::vec_dot_x2_q4_0 : v::vec_dot_x2_q4_0)},
         {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1, r::vec_dot_x2_q4_1, v::vec_dot_x2_q4_1)},
-        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0, r::vec_dot_x2_q5_0, v::vec_dot_x2_q5_0)},
+        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0, r::vec_dot_x2_q5_0,
+                             wide ? quants::avx512::vec_dot_x2_q5_0 : v::vec_dot_x2_q5_0)},
         {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1, r::vec_dot_x2_q5_1, v::vec_dot_x2_q5_1)},
         {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k, r::vec_dot_x2_q4_k, v::vec_dot_x2_q4_k)},
         {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k, v::vec_dot_x2_q5_k)},
@@ -426,6 +430,13 @@ bool quants_use_avx2() {
         const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
         return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }();
+    return ok;
+}
+
+bool quants_use_avx512() {
+    static const bool ok = quants_use_avx2() && __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512vnni") && !env_flag("MINFER_NO_AVX512");
     return ok;
 }
 

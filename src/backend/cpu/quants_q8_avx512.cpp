@@ -1,0 +1,110 @@
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q4_0 / Q5_0 weights, two blocks per 512-bit vector (twins of
+// quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one vector;
+// Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
+// spreading); vpdpbusd sums four level x activation products per int32 lane for hi and for lo. The lanes
+// are merged exactly as in the AVX2 kernels, 254 * sum(w hi) + sum(w lo) minus the activation row's
+// offsets, and scaled once per block in f32.
+//
+// This file is compiled with AVX-512 flags: it uses only intrinsics and helpers with internal linkage
+// (simd_avx2.h), never an inline function of a shared header, whose AVX-512 copy the linker could hand
+// to code running on any CPU.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/cpu/quants_impl.h"
+#include "backend/cpu/simd_avx2.h"
+
+namespace minfer::quants::avx512 {
+namespace {
+
+using simd::half_to_float;
+using simd::hsum;
+using simd::prefetch_ahead;
+
+// 64 levels 0..15 of blocks a and b in element order: each block's 16 low nibbles (elements 0..15), then
+// its 16 high nibbles (16..31).
+template <class Block>
+inline __m512i nibbles64(const Block& a, const Block& b) {
+    const __m256i q = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), 1);  // [qs a | qs b]
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    const __m512i ordered = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  // a lo, a hi, b lo, b hi
+    return _mm512_and_si512(ordered, _mm512_set1_epi8(0x0F));
+}
+
+struct Q4_0Pair {
+    using Block = BlockQ4_0;
+    static constexpr int kOffsetShift = 2;  // level offset 8 = x2_offsets' 32 >> 2
+    static __m512i levels(const Block& a, const Block& b) { return nibbles64(a, b); }
+};
+
+struct Q5_0Pair {
+    using Block = BlockQ5_0;
+    static constexpr int kOffsetShift = 1;  // level offset 16 = x2_offsets' 32 >> 1
+    // Bit e of qh is element e's fifth bit, and byte e of a block's levels is element e.
+    static __m512i levels(const Block& a, const Block& b) {
+        uint32_t ha, hb;
+        std::memcpy(&ha, a.qh, sizeof ha);
+        std::memcpy(&hb, b.qh, sizeof hb);
+        const __mmask64 fifth = _cvtu64_mask64(uint64_t(ha) | uint64_t(hb) << 32);
+        const __m512i q = nibbles64(a, b);
+        return _mm512_mask_add_epi8(q, fifth, q, _mm512_set1_epi8(16));
+    }
+};
+
+inline __m512i join(const int8_t* a, const int8_t* b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// Blocks a and b (b may repeat a with `two` false: its lanes then count zero) against activation blocks
+// ya and yb: the int32 lanes of (q - offset) * x, exact, scaled by d_w * d per block into acc.
+template <class Dec>
+inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b, const BlockQ8X2& ya,
+                      const BlockQ8X2& yb, const int32_t* offsets, bool two, __m512& acc) {
+    const __m512i q = Dec::levels(a, b);
+    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.hi, yb.hi));
+    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.lo, yb.lo));
+    const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
+    const __m512i off = _mm512_srai_epi32(_mm512_maskz_loadu_epi32(lanes, offsets), Dec::kOffsetShift);
+    const __m512i p =
+        _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo), off);
+    const float sa = half_to_float(a.d) * ya.d, sb = two ? half_to_float(b.d) * yb.d : 0.0f;
+    const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
+    acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(p), acc);
+}
+
+// Two accumulator chains, block pairs 4k, 4k + 1 into one and 4k + 2, 4k + 3 into the other.
+template <class Dec>
+float block32_pair_dot(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    const int64_t nb = n / kQK0;
+    const auto* offsets = reinterpret_cast<const int32_t*>(y + nb);  // the row's x2_offsets
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        prefetch_ahead<4 * sizeof(b[i])>(b + i);
+        pair_step<Dec>(b[i], b[i + 1], y[i], y[i + 1], offsets + 8 * i, true, a0);
+        pair_step<Dec>(b[i + 2], b[i + 3], y[i + 2], y[i + 3], offsets + 8 * i + 16, true, a1);
+    }
+    for (; i + 2 <= nb; i += 2) pair_step<Dec>(b[i], b[i + 1], y[i], y[i + 1], offsets + 8 * i, true, a0);
+    if (i < nb) pair_step<Dec>(b[i], b[i], y[i], y[i], offsets + 8 * i, false, a1);
+    alignas(64) float lanes[16];  // (the reduce intrinsics trip GCC 12's -Wuninitialized)
+    _mm512_store_ps(lanes, _mm512_add_ps(a0, a1));
+    return hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+
+}  // namespace
+
+float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n) {
+    return block32_pair_dot<Q4_0Pair>(w, xq, n);
+}
+
+float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n) {
+    return block32_pair_dot<Q5_0Pair>(w, xq, n);
+}
+
+}  // namespace minfer::quants::avx512
