@@ -129,6 +129,7 @@ TEST_P(Int8x2Type, SimdVecDotMatchesReference) {
 // per vector: the same budget holds, with n/64 + 6 roundings per lane chain).
 using Dot = float (*)(const void*, const void*, int64_t);
 const std::pair<GgmlType, std::pair<Dot, Dot>> kWideDots[] = {
+    {GgmlType::Q8_0, {quants::avx2::vec_dot_x2_q8_0, quants::avx512::vec_dot_x2_q8_0}},
     {GgmlType::Q4_0, {quants::avx2::vec_dot_x2_q4_0, quants::avx512::vec_dot_x2_q4_0}},
     {GgmlType::Q5_0, {quants::avx2::vec_dot_x2_q5_0, quants::avx512::vec_dot_x2_q5_0}},
 };

@@ -403,7 +403,8 @@ std::array<QuantTraits, 11> build_table() {
     };
     const bool wide = quants_use_avx512();
     const std::pair<GgmlType, Q8Fns> q8[] = {
-        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0, r::vec_dot_x2_q8_0, v::vec_dot_x2_q8_0)},
+        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0, r::vec_dot_x2_q8_0,
+                             wide ? quants::avx512::vec_dot_x2_q8_0 : v::vec_dot_x2_q8_0)},
         {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0, r::vec_dot_x2_q4_0,
                              wide ? quants::avx512::vec_dot_x2_q4_0 : v::vec_dot_x2_q4_0)},
         {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1, r::vec_dot_x2_q4_1, v::vec_dot_x2_q4_1)},

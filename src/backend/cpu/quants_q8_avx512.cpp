@@ -1,6 +1,6 @@
-// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q4_0 / Q5_0 weights, two blocks per 512-bit vector (twins of
-// quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one vector;
-// Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 weights, two blocks per 512-bit vector
+// (twins of quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one
+// vector; Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
 // spreading); vpdpbusd sums four level x activation products per int32 lane for hi and for lo. The lanes
 // are merged exactly as in the AVX2 kernels, 254 * sum(w hi) + sum(w lo) minus the activation row's
 // offsets, and scaled once per block in f32.
@@ -34,14 +34,28 @@ inline __m512i nibbles64(const Block& a, const Block& b) {
     return _mm512_and_si512(ordered, _mm512_set1_epi8(0x0F));
 }
 
+// Q8_0's levels are signed: vpdpbusd takes |w| and x with w's sign (the AVX2 sign trick; activation
+// levels stay within +-127, so negating them is exact).
+struct Q8_0Pair {
+    using Block = BlockQ8_0;
+    static constexpr bool kSigned = true;
+    static __m512i levels(const Block& a, const Block& b) {
+        return _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), 1);
+    }
+};
+
 struct Q4_0Pair {
     using Block = BlockQ4_0;
+    static constexpr bool kSigned = false;
     static constexpr int kOffsetShift = 2;  // level offset 8 = x2_offsets' 32 >> 2
     static __m512i levels(const Block& a, const Block& b) { return nibbles64(a, b); }
 };
 
 struct Q5_0Pair {
     using Block = BlockQ5_0;
+    static constexpr bool kSigned = false;
     static constexpr int kOffsetShift = 1;  // level offset 16 = x2_offsets' 32 >> 1
     // Bit e of qh is element e's fifth bit, and byte e of a block's levels is element e.
     static __m512i levels(const Block& a, const Block& b) {
@@ -60,17 +74,26 @@ inline __m512i join(const int8_t* a, const int8_t* b) {
 }
 
 // Blocks a and b (b may repeat a with `two` false: its lanes then count zero) against activation blocks
-// ya and yb: the int32 lanes of (q - offset) * x, exact, scaled by d_w * d per block into acc.
+// ya and yb: the int32 lanes of (q - offset) * x (signed levels: q * x), exact, scaled by d_w * d per
+// block into acc.
 template <class Dec>
 inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b, const BlockQ8X2& ya,
                       const BlockQ8X2& yb, const int32_t* offsets, bool two, __m512& acc) {
-    const __m512i q = Dec::levels(a, b);
-    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.hi, yb.hi));
-    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.lo, yb.lo));
-    const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
-    const __m512i off = _mm512_srai_epi32(_mm512_maskz_loadu_epi32(lanes, offsets), Dec::kOffsetShift);
-    const __m512i p =
-        _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo), off);
+    __m512i q = Dec::levels(a, b), xh = join(ya.hi, yb.hi), xl = join(ya.lo, yb.lo);
+    if constexpr (Dec::kSigned) {
+        const __mmask64 negative = _mm512_movepi8_mask(q);
+        q = _mm512_abs_epi8(q);
+        xh = _mm512_mask_sub_epi8(xh, negative, _mm512_setzero_si512(), xh);
+        xl = _mm512_mask_sub_epi8(xl, negative, _mm512_setzero_si512(), xl);
+    }
+    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
+    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xl);
+    __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo);
+    if constexpr (!Dec::kSigned) {
+        const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
+        p = _mm512_sub_epi32(p,
+                             _mm512_srai_epi32(_mm512_maskz_loadu_epi32(lanes, offsets), Dec::kOffsetShift));
+    }
     const float sa = half_to_float(a.d) * ya.d, sb = two ? half_to_float(b.d) * yb.d : 0.0f;
     const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
     acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(p), acc);
@@ -98,6 +121,10 @@ float block32_pair_dot(const void* w, const void* xq, int64_t n) {
 }
 
 }  // namespace
+
+float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
+    return block32_pair_dot<Q8_0Pair>(w, xq, n);
+}
 
 float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n) {
     return block32_pair_dot<Q4_0Pair>(w, xq, n);
