@@ -48,8 +48,8 @@ void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, i
 
 }  // namespace avx2
 
-// AVX-512F micro-kernels of the same panel format (matmul_avx512.cpp, compiled with -mavx512f). Call
-// only when the CPU has AVX-512F; matmul.cpp chooses.
+// AVX-512 micro-kernels of the same panel format (matmul_avx512.cpp, compiled with the AVX-512 flags).
+// Call only where quants_use_avx512(); matmul.cpp chooses.
 namespace avx512 {
 const avx2::PanelMicroFn* panel_micros();
 }  // namespace avx512

@@ -1,10 +1,11 @@
-// AVX-512F micro-kernels for the prefill matmul (see kernels_avx2.h). The 16 rows of a weight panel fill
+// AVX-512 micro-kernels for the prefill matmul (see kernels_avx2.h). The 16 rows of a weight panel fill
 // one 512-bit vector, so each k step is one weight load and one broadcast FMA per token. Per (row,
 // token) they run the FMA sequence of the AVX2 kernels, so the results are bit-identical. Scalar twin:
 // matmul_ref.
 //
-// This file is compiled with -mavx512f: it holds only these kernels, which use intrinsics and no inline
-// function of a shared header (the linker could hand AVX-512 copies of those to code running anywhere).
+// This file is compiled with the AVX-512 flags: it holds only these kernels, which use intrinsics and no
+// inline function of a shared header (the linker could hand AVX-512 copies of those to code running
+// anywhere).
 #include <immintrin.h>
 
 #include <utility>

@@ -223,13 +223,14 @@ float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace avx2
 
-// AVX-512 (F, BW, VL, VNNI) int8x2 dots of the 32-element types, two blocks per vector
-// (quants_q8_avx512.cpp); chosen by the table where quants_use_avx512().
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots, two 32-element blocks per vector (quants_q8_avx512.cpp);
+// chosen by the table where quants_use_avx512().
 namespace avx512 {
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace avx512
 }  // namespace minfer::quants

@@ -22,6 +22,7 @@ namespace {
 
 using simd::half_to_float;
 using simd::hsum;
+using simd::k_scales_mins;
 using simd::prefetch_ahead;
 
 inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
@@ -263,19 +264,6 @@ inline __m256i broadcast_i16(__m256i v, int j) {
 inline __m256i fifth_bit(__m256i hb, int j) {
     const __m256i v = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block as 16-bit lanes (see k_scale_min): bytes
-// 0..3 (4..7) hold those of sub-blocks 0..3 in their low 6 bits; sub-blocks 4..7 take their low 4 bits
-// from the nibbles of bytes 8..11 and their top 2 bits from the top of bytes 0..3 (4..7).
-inline void k_scales_mins(const uint8_t* s, __m128i* scales, __m128i* mins) {
-    uint32_t w[3];
-    std::memcpy(w, s, sizeof w);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x30303030;
-    const uint64_t sc = (w[0] & low6) | uint64_t((w[2] & low4) | ((w[0] >> 2) & top2)) << 32;
-    const uint64_t mn = (w[1] & low6) | uint64_t(((w[2] >> 4) & low4) | ((w[1] >> 2) & top2)) << 32;
-    *scales = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc)));
-    *mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mn)));
 }
 
 // sum_j m_j * (bsums[2j] + bsums[2j + 1]).

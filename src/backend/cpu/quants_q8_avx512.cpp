@@ -1,4 +1,4 @@
-// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 weights, two blocks per 512-bit vector
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 / Q4_K weights, two blocks per 512-bit vector
 // (twins of quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one
 // vector; Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
 // spreading); vpdpbusd sums four level x activation products per int32 lane for hi and for lo. The lanes
@@ -20,6 +20,7 @@ namespace {
 
 using simd::half_to_float;
 using simd::hsum;
+using simd::k_scales_mins;
 using simd::prefetch_ahead;
 
 // 64 levels 0..15 of blocks a and b in element order: each block's 16 low nibbles (elements 0..15), then
@@ -68,6 +69,13 @@ struct Q5_0Pair {
     }
 };
 
+// Sum of the 16 lanes (the reduce intrinsics trip GCC 12's -Wuninitialized).
+inline float lane_sum(__m512 v) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, v);
+    return hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+
 inline __m512i join(const int8_t* a, const int8_t* b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
@@ -115,12 +123,56 @@ float block32_pair_dot(const void* w, const void* xq, int64_t n) {
     }
     for (; i + 2 <= nb; i += 2) pair_step<Dec>(b[i], b[i + 1], y[i], y[i + 1], offsets + 8 * i, true, a0);
     if (i < nb) pair_step<Dec>(b[i], b[i], y[i], y[i], offsets + 8 * i, false, a1);
-    alignas(64) float lanes[16];  // (the reduce intrinsics trip GCC 12's -Wuninitialized)
-    _mm512_store_ps(lanes, _mm512_add_ps(a0, a1));
-    return hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+    return lane_sum(_mm512_add_ps(a0, a1));
+}
+
+// Q4_K against int8x2, sub-blocks 2p and 2p + 1 of a super-block in one vector: the 32 bytes of qs that
+// hold both (low and high nibbles) fill both halves, the upper half shifted down by 4. Lane scales are
+// d_w * sc_j * d_x, rounded as the AVX2 kernel rounds them; the minimum terms -dmin * m_j * s go into
+// their own 8-lane accumulator as there.
+float q4_k_dot_x2(const BlockQ4K* b, const BlockQ8X2* y, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m254 = _mm512_set1_epi32(254);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockQ4K)>(b + i);
+        const BlockQ8X2* yi = y + 8 * i;
+        __m128i scales, mins;
+        k_scales_mins(b[i].scales, &scales, &mins);
+        const __m256 dx =
+            _mm256_setr_ps(yi[0].d, yi[1].d, yi[2].d, yi[3].d, yi[4].d, yi[5].d, yi[6].d, yi[7].d);
+        const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales)));
+        const __m512 dsx =
+            _mm512_castps256_ps512(_mm256_mul_ps(ds, dx));  // lanes j < 8: scale of sub-block j
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i raw = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * p)));
+            const __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xFFFF0000u, raw, 4), m4);
+            const BlockQ8X2 &ya = yi[2 * p], &yb = yi[2 * p + 1];
+            const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.hi, yb.hi));
+            const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.lo, yb.lo));
+            const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(hi, m254), lo);
+            const __m512i pick =
+                _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
+            __m512& acc = p % 2 ? acc1 : acc0;
+            acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, dsx), _mm512_cvtepi32_ps(sum), acc);
+        }
+        const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
+                                       _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
+        const __m256 s =
+            _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
+        accm = _mm256_fmadd_ps(m, s, accm);
+    }
+    return lane_sum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_castps256_ps512(accm)));
 }
 
 }  // namespace
+
+float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
+    return q4_k_dot_x2(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8X2*>(xq), n);
+}
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
     return block32_pair_dot<Q8_0Pair>(w, xq, n);

@@ -1,11 +1,12 @@
-// Small AVX2/F16C helpers shared by the *_avx2.cpp kernel files. Include it only from files compiled
-// with -mavx2 -mfma -mf16c; everything here has internal linkage (an unnamed namespace), so no
-// AVX2-compiled copy can be merged with baseline code by the linker.
+// Small AVX2/F16C helpers shared by the *_avx2.cpp and *_avx512.cpp kernel files. Include it only from
+// files compiled with -mavx2 -mfma -mf16c (or more); everything here has internal linkage (an unnamed
+// namespace), so no AVX2-compiled copy can be merged with baseline code by the linker.
 #pragma once
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace minfer::simd {
 namespace {
@@ -31,6 +32,19 @@ template <size_t kBytes>
 inline void prefetch_ahead(const void* p) {
     const char* ahead = static_cast<const char*>(p) + kPrefetchBytes;
     for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+}
+
+// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block as 16-bit lanes (see k_scale_min): bytes
+// 0..3 (4..7) hold those of sub-blocks 0..3 in their low 6 bits; sub-blocks 4..7 take their low 4 bits
+// from the nibbles of bytes 8..11 and their top 2 bits from the top of bytes 0..3 (4..7).
+inline void k_scales_mins(const uint8_t* s, __m128i* scales, __m128i* mins) {
+    uint32_t w[3];
+    std::memcpy(w, s, sizeof w);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x30303030;
+    const uint64_t sc = (w[0] & low6) | uint64_t((w[2] & low4) | ((w[0] >> 2) & top2)) << 32;
+    const uint64_t mn = (w[1] & low6) | uint64_t(((w[2] >> 4) & low4) | ((w[1] >> 2) & top2)) << 32;
+    *scales = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc)));
+    *mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mn)));
 }
 
 inline double hsum(__m256d v) {
