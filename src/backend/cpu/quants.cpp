@@ -414,7 +414,8 @@ std::array<QuantTraits, 11> build_table() {
         {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k, r::vec_dot_x2_q4_k,
                              wide ? quants::avx512::vec_dot_x2_q4_k : v::vec_dot_x2_q4_k)},
         {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k, v::vec_dot_x2_q5_k)},
-        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k, r::vec_dot_x2_q6_k, v::vec_dot_x2_q6_k)},
+        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k, r::vec_dot_x2_q6_k,
+                             wide ? quants::avx512::vec_dot_x2_q6_k : v::vec_dot_x2_q6_k)},
     };
     for (const auto& [type, fns] : q8)
         for (QuantTraits& e : t)

@@ -1,4 +1,5 @@
-// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 / Q4_K weights, two blocks per 512-bit vector
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K weights, two 32-element
+// blocks per 512-bit vector
 // (twins of quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one
 // vector; Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
 // spreading); vpdpbusd sums four level x activation products per int32 lane for hi and for lo. The lanes
@@ -168,7 +169,60 @@ float q4_k_dot_x2(const BlockQ4K* b, const BlockQ8X2* y, int64_t n) {
     return lane_sum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_castps256_ps512(accm)));
 }
 
+// Q6_K against int8x2, two 32-element groups per vector (the AVX2 kernel's q6_k_groups, two at a time):
+// groups 4h + k and 4h + k + 1 of half h from ql bytes [64h, 64h + 64) (low nibbles for k = 0, high for
+// k = 2) and the top bits of qh shifted per half. Levels 0..63 multiply x unsigned and each lane
+// subtracts its activation offset, as there; lane scales d_w * sc * d_x for the four 16-element
+// sub-blocks of the two groups.
+float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30), m254 = _mm512_set1_epi32(254);
+    const __m512i shift_lo = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i shift_hi =
+        _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockQ6K)>(b + i);
+        const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(half_to_float(b[i].d)),
+                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales)))));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = join(reinterpret_cast<const int8_t*>(b[i].ql + 64 * h),
+                                    reinterpret_cast<const int8_t*>(b[i].ql + 64 * h + 32));
+            const __m512i qh = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h)));
+            const __m512i g[2] = {_mm512_or_si512(_mm512_and_si512(ql, low4),
+                                                  _mm512_and_si512(_mm512_sllv_epi16(qh, shift_lo), top2)),
+                                  _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                  _mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), top2))};
+#pragma GCC unroll 2
+            for (int k = 0; k < 2; ++k) {
+                const int64_t a = 8 * i + 4 * h + 2 * k;  // activation blocks a and a + 1
+                const __m512i hi =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[k], join(y[a].hi, y[a + 1].hi));
+                const __m512i lo =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[k], join(y[a].lo, y[a + 1].lo));
+                const __m512i p = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(hi, m254), lo),
+                                                   _mm512_loadu_si512(offsets + 8 * a));
+                const __m512i sub = _mm512_add_epi32(quarter, _mm512_set1_epi32(2 * (4 * h + 2 * k)));
+                const __m512 dx =
+                    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(y[a].d), _mm512_set1_ps(y[a + 1].d));
+                __m512& acc = k ? acc1 : acc0;
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_permutexvar_ps(sub, ds), dx),
+                                      _mm512_cvtepi32_ps(p), acc);
+            }
+        }
+    }
+    return lane_sum(_mm512_add_ps(acc0, acc1));
+}
+
 }  // namespace
+
+float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n) {
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    return q6_k_dot_x2(static_cast<const BlockQ6K*>(w), y, reinterpret_cast<const int32_t*>(y + n / kQK0), n);
+}
 
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
     return q4_k_dot_x2(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8X2*>(xq), n);
