@@ -133,6 +133,7 @@ const std::pair<GgmlType, std::pair<Dot, Dot>> kWideDots[] = {
     {GgmlType::Q4_0, {quants::avx2::vec_dot_x2_q4_0, quants::avx512::vec_dot_x2_q4_0}},
     {GgmlType::Q5_0, {quants::avx2::vec_dot_x2_q5_0, quants::avx512::vec_dot_x2_q5_0}},
     {GgmlType::Q4_K, {quants::avx2::vec_dot_x2_q4_k, quants::avx512::vec_dot_x2_q4_k}},
+    {GgmlType::Q5_K, {quants::avx2::vec_dot_x2_q5_k, quants::avx512::vec_dot_x2_q5_k}},
     {GgmlType::Q6_K, {quants::avx2::vec_dot_x2_q6_k, quants::avx512::vec_dot_x2_q6_k}},
 };
 

@@ -413,7 +413,8 @@ std::array<QuantTraits, 11> build_table() {
         {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1, r::vec_dot_x2_q5_1, v::vec_dot_x2_q5_1)},
         {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k, r::vec_dot_x2_q4_k,
                              wide ? quants::avx512::vec_dot_x2_q4_k : v::vec_dot_x2_q4_k)},
-        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k, v::vec_dot_x2_q5_k)},
+        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k,
+                             wide ? quants::avx512::vec_dot_x2_q5_k : v::vec_dot_x2_q5_k)},
         {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k, r::vec_dot_x2_q6_k,
                              wide ? quants::avx512::vec_dot_x2_q6_k : v::vec_dot_x2_q6_k)},
     };

@@ -231,6 +231,7 @@ float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
 
 }  // namespace avx512

@@ -1,4 +1,4 @@
-// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K weights, two 32-element
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights, two 32-element
 // blocks per 512-bit vector
 // (twins of quants_q8.cpp's, faster versions of quants_q8_avx2.cpp's). The levels of two blocks fill one
 // vector; Q5_0's fifth bits come straight from qh as a byte mask (one masked add instead of the AVX2 bit
@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/quants_impl.h"
 #include "backend/cpu/simd_avx2.h"
@@ -127,16 +128,18 @@ float block32_pair_dot(const void* w, const void* xq, int64_t n) {
     return lane_sum(_mm512_add_ps(a0, a1));
 }
 
-// Q4_K against int8x2, sub-blocks 2p and 2p + 1 of a super-block in one vector: the 32 bytes of qs that
-// hold both (low and high nibbles) fill both halves, the upper half shifted down by 4. Lane scales are
+// Q4_K / Q5_K against int8x2, sub-blocks 2p and 2p + 1 of a super-block in one vector: the 32 bytes of
+// qs that hold both (low and high nibbles) fill both halves, the upper half shifted down by 4; Q5_K adds
+// 16 where bit 2p (2p + 1 for the upper half) of qh is set. Lane scales are
 // d_w * sc_j * d_x, rounded as the AVX2 kernel rounds them; the minimum terms -dmin * m_j * s go into
 // their own 8-lane accumulator as there.
-float q4_k_dot_x2(const BlockQ4K* b, const BlockQ8X2* y, int64_t n) {
+template <class Block>
+float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), m254 = _mm512_set1_epi32(254);
     for (int64_t i = 0; i < n / kQKK; ++i) {
-        prefetch_ahead<sizeof(BlockQ4K)>(b + i);
+        prefetch_ahead<sizeof(Block)>(b + i);
         const BlockQ8X2* yi = y + 8 * i;
         __m128i scales, mins;
         k_scales_mins(b[i].scales, &scales, &mins);
@@ -146,11 +149,20 @@ float q4_k_dot_x2(const BlockQ4K* b, const BlockQ8X2* y, int64_t n) {
                                         _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales)));
         const __m512 dsx =
             _mm512_castps256_ps512(_mm256_mul_ps(ds, dx));  // lanes j < 8: scale of sub-block j
+        __m512i qh = _mm512_setzero_si512();
+        if constexpr (std::is_same_v<Block, BlockQ5K>)
+            qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh)));
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m512i raw = _mm512_broadcast_i64x4(
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * p)));
-            const __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xFFFF0000u, raw, 4), m4);
+            __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xFFFF0000u, raw, 4), m4);
+            if constexpr (std::is_same_v<Block, BlockQ5K>) {
+                const __m512i counts = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(int16_t(2 * p)),
+                                                               _mm512_set1_epi16(int16_t(2 * p + 1)));
+                const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, counts), _mm512_set1_epi8(1));
+                q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
+            }
             const BlockQ8X2 &ya = yi[2 * p], &yb = yi[2 * p + 1];
             const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.hi, yb.hi));
             const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.lo, yb.lo));
@@ -225,7 +237,11 @@ float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n) {
 }
 
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
-    return q4_k_dot_x2(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8X2*>(xq), n);
+    return k_type1_dot_x2(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8X2*>(xq), n);
+}
+
+float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n) {
+    return k_type1_dot_x2(static_cast<const BlockQ5K*>(w), static_cast<const BlockQ8X2*>(xq), n);
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
