@@ -59,7 +59,8 @@ size_t act_x2_row_bytes(int64_t n);                       // bytes of n activati
 // True when the AVX2/FMA/F16C versions were selected on this CPU.
 bool quants_use_avx2();
 // AVX-512 F/BW/VL/VNNI present (the OS saving the ZMM state included) and MINFER_NO_AVX512 unset: the
-// table's Q4_0 / Q5_0 int8x2 dots and the prefill micro-kernels then use 512-bit vectors.
+// table's int8x2 dots (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) and the prefill micro-kernels then use
+// 512-bit vectors.
 bool quants_use_avx512();
 
 }  // namespace minfer
