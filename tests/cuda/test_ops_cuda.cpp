@@ -443,9 +443,9 @@ void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide
 }
 
 // Decode (nt == 1) with n_ctx 2048, so the keys are split over several blocks (split-K): positions
-// up to 63 fit one split (8 tiles of 8 keys), 64 takes a second, 1000 leaves half the splits empty,
-// 2047 is the region's last row; q_stride is wider for every other shape; one short region (fewer rows
-// than the usual split count) and one sharp softmax (large q).
+// up to 63 fit one split (8 tiles of 8 keys), 64 takes a second, 1000 and 2047 (the region's last row)
+// use every split; q_stride is wider for every other shape; one short region (fewer rows than the usual
+// split count) and one sharp softmax (large q).
 TEST(CudaOps, AttentionDecode) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(808);
