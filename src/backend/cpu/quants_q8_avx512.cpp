@@ -83,6 +83,20 @@ inline __m512i join(const int8_t* a, const int8_t* b) {
                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
 }
 
+// int8x2 lane sums of 64 unsigned levels q against two activation blocks whose hi and lo levels are xh
+// and xl (as join gives them): 254 * sum(q hi) + sum(q lo) over four levels per int32 lane, exact (the
+// AVX2 kernels' x2_sum).
+inline __m512i x2_sum(__m512i q, __m512i xh, __m512i xl) {
+    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
+    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xl);
+    return _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo);
+}
+
+// The same against activation blocks ya (lanes 0..7) and yb (lanes 8..15).
+inline __m512i x2_sum(__m512i q, const BlockQ8X2& ya, const BlockQ8X2& yb) {
+    return x2_sum(q, join(ya.hi, yb.hi), join(ya.lo, yb.lo));
+}
+
 // Blocks a and b (b may repeat a with `two` false: its lanes then count zero) against activation blocks
 // ya and yb: the int32 lanes of (q - offset) * x (signed levels: q * x), exact, scaled by d_w * d per
 // block into acc.
@@ -96,9 +110,7 @@ inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b
         xh = _mm512_mask_sub_epi8(xh, negative, _mm512_setzero_si512(), xh);
         xl = _mm512_mask_sub_epi8(xl, negative, _mm512_setzero_si512(), xl);
     }
-    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
-    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xl);
-    __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo);
+    __m512i p = x2_sum(q, xh, xl);
     if constexpr (!Dec::kSigned) {
         const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
         p = _mm512_sub_epi32(p,
@@ -137,7 +149,7 @@ template <class Block>
 float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m254 = _mm512_set1_epi32(254);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
         const BlockQ8X2* yi = y + 8 * i;
@@ -163,10 +175,7 @@ float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
                 const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, counts), _mm512_set1_epi8(1));
                 q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
             }
-            const BlockQ8X2 &ya = yi[2 * p], &yb = yi[2 * p + 1];
-            const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.hi, yb.hi));
-            const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, join(ya.lo, yb.lo));
-            const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(hi, m254), lo);
+            const __m512i sum = x2_sum(q, yi[2 * p], yi[2 * p + 1]);
             const __m512i pick =
                 _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
             __m512& acc = p % 2 ? acc1 : acc0;
@@ -188,7 +197,7 @@ float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
 // sub-blocks of the two groups.
 float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30), m254 = _mm512_set1_epi32(254);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
     const __m512i shift_lo = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
     const __m512i shift_hi =
         _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_setzero_si512(), _mm512_set1_epi16(2));
@@ -211,12 +220,8 @@ float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets,
 #pragma GCC unroll 2
             for (int k = 0; k < 2; ++k) {
                 const int64_t a = 8 * i + 4 * h + 2 * k;  // activation blocks a and a + 1
-                const __m512i hi =
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[k], join(y[a].hi, y[a + 1].hi));
-                const __m512i lo =
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[k], join(y[a].lo, y[a + 1].lo));
-                const __m512i p = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(hi, m254), lo),
-                                                   _mm512_loadu_si512(offsets + 8 * a));
+                const __m512i p =
+                    _mm512_sub_epi32(x2_sum(g[k], y[a], y[a + 1]), _mm512_loadu_si512(offsets + 8 * a));
                 const __m512i sub = _mm512_add_epi32(quarter, _mm512_set1_epi32(2 * (4 * h + 2 * k)));
                 const __m512 dx =
                     _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(y[a].d), _mm512_set1_ps(y[a + 1].d));
