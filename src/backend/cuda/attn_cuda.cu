@@ -15,6 +15,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/rope.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {
@@ -298,7 +299,7 @@ struct EpilogueArgs {
 };
 
 // RoPE of element d of a head at position p: its partner element and the rotation's cosine and sine
-// (in double, as the CPU reference computes them). Elements past n_rot keep their value (c = 1, s = 0).
+// (rope_cos_sin). Elements past n_rot keep their value (c = 1, s = 0).
 struct RopeTerm {
     int64_t partner;
     float c, s;
@@ -309,10 +310,9 @@ __device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r) {
     const int64_t i = r.neox ? d % half : d / 2;
     const bool first = r.neox ? d < half : d % 2 == 0;
     const int64_t partner = r.neox ? (first ? d + half : d - half) : (first ? d + 1 : d - 1);
-    const double theta = double(p) * pow(double(r.freq_base), -2.0 * double(i) / double(r.n_rot));
-    double sd, cd;
-    sincos(theta, &sd, &cd);
-    return {partner, float(cd), first ? -float(sd) : float(sd)};
+    float c, s;
+    rope_cos_sin(p, i, r.n_rot, r.freq_base, c, s);
+    return {partner, c, first ? -s : s};
 }
 
 // Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element. The bias, the

@@ -8,6 +8,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace minfer::cuda {
 
@@ -52,15 +53,6 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
     }
     for (int64_t i = threadIdx.x + kNormRegs * int64_t(blockDim.x); i < d; i += blockDim.x)
         yr[i] = xr[i] * scale * w[i];
-}
-
-// The angle of pair i at position p, in double as the CPU reference computes it.
-__device__ void rope_cos_sin(int32_t p, int64_t i, int64_t n_rot, float base, float& c, float& s) {
-    const double theta = double(p) * pow(double(base), -2.0 * double(i) / double(n_rot));
-    double sd, cd;
-    sincos(theta, &sd, &cd);
-    c = float(cd);
-    s = float(sd);
 }
 
 __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeShape r) {
