@@ -1,5 +1,6 @@
-// matmul (threaded; int8 or int8x2 activations + integer dots, or f32 quant dot / dequantize + AVX2 tile)
-// against matmul_ref (scalar dequantize, double accumulation) for every quant type the traits table provides.
+// matmul (threaded; int8 or int8x2 activations + integer dots, the int16 prefill GEMM, or f32 quant dot /
+// dequantize + AVX2 tile) against matmul_ref (scalar dequantize, double accumulation) for every quant type
+// the traits table provides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm_i16.h"
 #include "backend/cpu/kernels_avx2.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quants_impl.h"
 #include "cpu_test_util.h"
 #include "util/error.h"
 
@@ -122,6 +125,46 @@ void check_int_against_ref(const QuantTraits& q, DecodeDot mode, const Problem& 
     }
 }
 
+// The int16 prefill GEMM's reference (i16::gemm_ref) against the exact sum over the values its activation
+// levels stand for, x^ = d (254 hi + lo) of quantize_x2_ref (within max |x| / 64516 of x per block of 32:
+// the quantizer's own tests), with to_float_ref's weights (which the levels reconstruct exactly). What
+// remains is f32 rounding: per level block (n_in / 16 of them at most) a term and a minimum term, each
+// bounded by 2 wmax (|scale q| <= |w| + |min|) times the block's sum|x^| and rounded three times at most
+// (conversion of the exact integer sum, step product, fused multiply-add), then their recursive sum: at
+// most (n_in / 16 + 8) kU * 4 wmax sum|x^| in all; and the bias add.
+void check_i16_against_ref(const QuantTraits& q, const Problem& p, const std::vector<float>& y,
+                           const float* bias) {
+    std::vector<uint8_t> xq(act_x2_row_bytes(p.n_in));
+    std::vector<double> xh(static_cast<size_t>(p.n_in));
+    for (int64_t t = 0; t < p.nt; ++t) {
+        q.quantize_x2_ref(&p.x[size_t(t * p.n_in)], xq.data(), p.n_in);
+        const auto* blk = reinterpret_cast<const quants::BlockQ8X2*>(xq.data());
+        double sum_abs_x = 0.0;
+        for (int64_t i = 0; i < p.n_in; ++i) {
+            const quants::BlockQ8X2& b = blk[i / 32];
+            xh[size_t(i)] = double(b.d) * (254.0 * b.hi[i % 32] + b.lo[i % 32]);
+            sum_abs_x += std::fabs(xh[size_t(i)]);
+        }
+        for (int64_t o = 0; o < p.n_out; ++o) {
+            double exact = bias ? double(bias[o]) : 0.0, wmax = 0.0;
+            for (int64_t i = 0; i < p.n_in; ++i) {
+                const double w = p.w_ref[size_t(o * p.n_in + i)];
+                exact += w * xh[size_t(i)], wmax = std::max(wmax, std::fabs(w));
+            }
+            const size_t i = size_t(t * p.n_out + o);
+            const double budget = 4.0 * wmax * double(p.n_in / 16 + 8) * kU * sum_abs_x +
+                                  (bias ? kU * (std::fabs(bias[o]) + std::fabs(exact)) : 0.0);
+            ASSERT_LE(std::fabs(double(y[i]) - exact), budget)
+                << "n_in=" << p.n_in << " n_out=" << p.n_out << " nt=" << p.nt << " t=" << t << " o=" << o;
+        }
+    }
+}
+
+// Whether matmul runs the int16 GEMM for this call (matmul.h).
+bool takes_i16(const QuantTraits& q, DecodeDot mode, int64_t nt) {
+    return nt > 1 && mode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+}
+
 void check_type(const QuantTraits& q, std::mt19937& rng) {
     std::unique_ptr<ThreadPool> pools[] = {std::make_unique<ThreadPool>(1), std::make_unique<ThreadPool>(2),
                                            std::make_unique<ThreadPool>(3)};
@@ -132,8 +175,13 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
                 const Problem p = make_problem(q, n_in, n_out, nt, rng);
                 for (bool with_bias : {false, true}) {
                     const float* bias = with_bias ? p.bias.data() : nullptr;
-                    std::vector<float> want(static_cast<size_t>(nt * n_out)), first;
+                    std::vector<float> want(static_cast<size_t>(nt * n_out)), first, want_i16;
                     matmul_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
+                    if (q.to_levels && nt > 1) {
+                        want_i16.resize(want.size());
+                        i16::gemm_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want_i16.data(), bias);
+                        check_i16_against_ref(q, p, want_i16, bias);
+                    }
                     for (DecodeDot mode : {DecodeDot::F32, DecodeDot::Int8, DecodeDot::Int8x2}) {
                         first.clear();
                         for (auto& pool : pools) {
@@ -145,6 +193,10 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
                             if (integer && nt == 1) {
                                 check_int_plumbing(q, mode, p, y, bias);
                                 check_int_against_ref(q, mode, p, y, want, with_bias);
+                            } else if (takes_i16(q, mode, nt)) {
+                                ASSERT_EQ(y, want_i16)
+                                    << "int16 GEMM vs its scalar twin, threads=" << pool->size()
+                                    << " n_in=" << n_in << " n_out=" << n_out << " nt=" << nt;
                             } else {
                                 check_against_ref(p, y, want, with_bias);
                             }

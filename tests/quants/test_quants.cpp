@@ -138,6 +138,32 @@ TEST_P(QuantType, SimdToFloatMatchesReferenceExactly) {
     }
 }
 
+// The integer levels of the int16 prefill GEMM stand for exactly the weights to_float_ref gives:
+// fma(scale, q, -min) per element, bit for bit (random blocks: every level, scale and minimum pattern).
+TEST_P(QuantType, LevelsReconstructWeightsExactly) {
+    const QuantTraits& q = traits(GetParam());
+    if (!q.to_levels) GTEST_SKIP() << q.name << " has no integer levels (prefill keeps f32)";
+    std::mt19937 rng(99);
+    for (int64_t n : test_lengths(q)) {
+        const std::vector<uint8_t> row = random_row(rng, q.type, n);
+        const auto nb = size_t(n / q.level_block);
+        std::vector<int8_t> lv(static_cast<size_t>(n));
+        std::vector<float> scale(nb, NAN), min(nb, NAN), ref(static_cast<size_t>(n));
+        q.to_levels(row.data(), lv.data(), scale.data(), min.data(), n);
+        q.to_float_ref(row.data(), ref.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const size_t j = size_t(i / q.level_block);
+            if (!q.level_min) {
+                ASSERT_EQ(min[j], 0.0f) << q.name << " n=" << n << " i=" << i;
+            }
+            const float w = std::fma(scale[j], float(lv[size_t(i)]), -min[j]);
+            if (std::isnan(ref[size_t(i)])) continue;  // a NaN scale: both NaN, levels arbitrary
+            ASSERT_EQ(f32_bits(w), f32_bits(ref[size_t(i)]))
+                << q.name << " n=" << n << " i=" << i << ": " << w << " vs " << ref[size_t(i)];
+        }
+    }
+}
+
 // Every 16-bit pattern, including subnormals, infinities and NaNs.
 TEST(QuantTraits, SimdHalfConversionsCoverEveryPattern) {
     std::vector<uint16_t> all(65536);

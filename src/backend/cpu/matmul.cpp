@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm_i16.h"
 #include "backend/cpu/kernels_avx2.h"
 #include "util/error.h"
 
@@ -128,6 +129,8 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
         const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
         pool.parallel_for_stealing(n_out, chunk_rows(a),
                                    [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
+    } else if (nt > 1 && decode != DecodeDot::F32 && q.to_levels && quants_use_avx512()) {
+        i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
     } else if (nt > 1 && cpu_has_avx2()) {
         const float* xp = pack_activations(x, nt, n_in, pool);
         const int64_t panels = (n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;

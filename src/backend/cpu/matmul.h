@@ -1,8 +1,10 @@
 // Quantized-weight matrix multiply on the CPU: Y[t][o] = sum_i W[o][i] * X[t][i] (+ bias[o]).
 // W is row-major [n_out][n_in] in the blocks of `q` (straight from the GGUF mapping, no copy);
 // X is [nt][n_in] f32, Y is [nt][n_out] f32. Rows of W are split across the pool's threads.
-// Prefill keeps f32 activations (weights dequantized against a register-blocked f32 tile); decode
-// (nt == 1) of a type with integer dots runs the DecodeDot chosen, other types the f32 quant dot.
+// Prefill (nt > 1) of a quantized type on AVX-512 VNNI runs the int16 GEMM (gemm_i16.h: the int8x2
+// activation levels, integer products) unless decode is DecodeDot::F32; otherwise prefill keeps f32
+// activations (weights dequantized against a register-blocked f32 tile). Decode (nt == 1) of a type with
+// integer dots runs the DecodeDot chosen, other types the f32 quant dot.
 #pragma once
 #include <cstdint>
 

@@ -324,6 +324,55 @@ void quant_q6_k(const float* x, void* dst, int64_t n) {
     }
 }
 
+// ---- Integer levels (QuantTraits::to_levels) ----
+
+template <class Block, int Offset>  // Q8_0 / Q4_0 / Q5_0: w = d * (q - offset)
+void lev_block32_sym(const Block& b, int8_t* q, float* scale, float* min) {
+    int lv[kQK0];
+    if constexpr (std::is_same_v<Block, BlockQ8_0>)
+        for (int l = 0; l < kQK0; ++l) lv[l] = b.qs[l];
+    else
+        block32_levels(b, lv);
+    for (int l = 0; l < kQK0; ++l) q[l] = int8_t(lv[l] - Offset);
+    *scale = fp16_to_f32(b.d), *min = 0.0f;
+}
+
+template <class Block>  // Q4_1 / Q5_1: w = fma(q, d, m)
+void lev_block32_min(const Block& b, int8_t* q, float* scale, float* min) {
+    int lv[kQK0];
+    block32_levels(b, lv);
+    for (int l = 0; l < kQK0; ++l) q[l] = int8_t(lv[l]);
+    *scale = fp16_to_f32(b.d), *min = -fp16_to_f32(b.m);
+}
+
+template <class Block>  // Q4_K / Q5_K: deq_k_type1's d1 and m1 per sub-block of 32
+void lev_k_type1(const Block& b, int8_t* q, float* scale, float* min) {
+    const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        k_scale_min(b.scales, j, &sc, &m);
+        scale[j] = d * float(sc), min[j] = dmin * float(m);
+        const uint8_t* qs = b.qs + 32 * (j / 2);
+        for (int l = 0; l < 32; ++l) {
+            int v = (qs[l] >> (4 * (j & 1))) & 0xF;
+            if constexpr (std::is_same_v<Block, BlockQ5K>) v |= ((b.qh[l] >> j) & 1) << 4;
+            q[32 * j + l] = int8_t(v);
+        }
+    }
+}
+
+void lev_q6_k(const BlockQ6K& b, int8_t* q, float* scale, float* min) {  // deq_q6_k's d * sc per 16
+    const float d = fp16_to_f32(b.d);
+    for (int k = 0; k < 16; ++k) scale[k] = d * float(b.scales[k]), min[k] = 0.0f;
+    for (int e = 0; e < kQKK; ++e) q[e] = int8_t(q6_k_level(b, e));
+}
+
+template <class Block, int QK, int LB, void (*Lev)(const Block&, int8_t*, float*, float*)>
+void to_levels(const void* src, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const Block*>(src);
+    for (int64_t i = 0; i < n / QK; ++i) Lev(b[i], q + i * QK, scale + i * (QK / LB), min + i * (QK / LB));
+}
+
 // ---- The table ----
 
 template <class Block, int QK, void (*Deq)(const Block&, float*)>
@@ -377,6 +426,29 @@ Q8Fns q8k(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
             x2_simd};
 }
 
+struct Levels {
+    GgmlType type;
+    void (*fn)(const void*, int8_t*, float*, float*, int64_t);
+    int block;
+    bool min;
+};
+
+void set_levels(std::array<QuantTraits, 11>& t) {
+    const Levels levels[] = {
+        {GgmlType::Q8_0, to_levels<BlockQ8_0, kQK0, 32, lev_block32_sym<BlockQ8_0, 0>>, 32, false},
+        {GgmlType::Q4_0, to_levels<BlockQ4_0, kQK0, 32, lev_block32_sym<BlockQ4_0, 8>>, 32, false},
+        {GgmlType::Q5_0, to_levels<BlockQ5_0, kQK0, 32, lev_block32_sym<BlockQ5_0, 16>>, 32, false},
+        {GgmlType::Q4_1, to_levels<BlockQ4_1, kQK0, 32, lev_block32_min<BlockQ4_1>>, 32, true},
+        {GgmlType::Q5_1, to_levels<BlockQ5_1, kQK0, 32, lev_block32_min<BlockQ5_1>>, 32, true},
+        {GgmlType::Q4_K, to_levels<BlockQ4K, kQKK, 32, lev_k_type1<BlockQ4K>>, 32, true},
+        {GgmlType::Q5_K, to_levels<BlockQ5K, kQKK, 32, lev_k_type1<BlockQ5K>>, 32, true},
+        {GgmlType::Q6_K, to_levels<BlockQ6K, kQKK, 16, lev_q6_k>, 16, false},
+    };
+    for (const Levels& l : levels)
+        for (QuantTraits& e : t)
+            if (e.type == l.type) e.to_levels = l.fn, e.level_block = l.block, e.level_min = l.min;
+}
+
 std::array<QuantTraits, 11> build_table() {
     namespace v = quants::avx2;
     namespace r = quants::ref;
@@ -421,6 +493,7 @@ std::array<QuantTraits, 11> build_table() {
     for (const auto& [type, fns] : q8)
         for (QuantTraits& e : t)
             if (e.type == type) e = with_q8(e, fns, s);
+    set_levels(t);
     return t;
 }
 

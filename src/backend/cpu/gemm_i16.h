@@ -1,0 +1,58 @@
+// The int16 prefill GEMM: Y[t][o] = sum_i W[o][i] * X[t][i] (+ bias[o]) for the quantized types, with the
+// activations as int16 levels (the decode path's int8x2 blocks, x ~ d * (254 hi + lo) per 32 elements:
+// error <= max |x| / 64516 of the block) and the weights as their integer levels (QuantTraits::
+// to_levels), multiplied in integers (AVX-512 VNNI vpdpwssd: 32 products per instruction, twice the f32
+// FMA rate) and scaled in f32 once per level block of 16 or 32 elements.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/quants.h"
+#include "backend/cpu/threadpool.h"
+
+namespace minfer::cpu::i16 {
+
+// W is [n_out][n_in] rows of `q` blocks (row_bytes each), X [nt][n_in] f32, Y [nt][n_out]. Needs
+// q.to_levels and quants_use_avx512().
+void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+          float* y, const float* bias, ThreadPool& pool);
+
+// Scalar twin, single-threaded: the same levels, the same integer sums and the same f32 operations in the
+// same order, so gemm gives its bits.
+void gemm_ref(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+              float* y, const float* bias);
+
+// ---- Internal: the operands of the micro-kernels (gemm_i16_avx512.cpp) ----
+
+inline constexpr int64_t kRows = 16;    // weight rows per panel: one vector of 16 int32 lanes
+inline constexpr int64_t kTokens = 12;  // tokens per activation group: 12 accumulator chains
+
+// A weight panel: q[p * 16 + r] holds row r's levels of elements 2p (low half) and 2p + 1 (high half)
+// ([n_in / 2, 16] int16 pairs); scale and min [n_in / level_block, 16]. Rows past nr are zeros.
+struct Panel {
+    const int32_t* q;
+    const float* scale;
+    const float* min;
+};
+
+// An activation group: q[p * 12 + t] holds token t's levels of elements 2p and 2p + 1 ([n_in / 2, 12]
+// int16 pairs); d and s [n_in / 32, 12]: the block's step and the sum of the values it represents.
+struct Group {
+    const int32_t* q;
+    const float* d;
+    const float* s;
+};
+
+// y[t * y_stride + r] (r < nr) = W_r . X_t (+ bias[r]) for the T tokens of the group: micros[T - 1].
+using MicroFn = void (*)(const Panel& w, const Group& x, int64_t n_in, float* y, int64_t y_stride, int64_t nr,
+                         const float* bias);
+
+namespace avx512 {
+const MicroFn* micros(int level_block, bool level_min);  // nullptr for other block sizes
+// Panel::q from 16 rows of int8 levels ([16, n_in], n_in a multiple of 32).
+void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q);
+// Token t of a Group: x's int8x2 levels (quantize_q8x2's arithmetic) as pairs, steps and sums.
+void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, float* s);
+}  // namespace avx512
+
+}  // namespace minfer::cpu::i16

@@ -1,0 +1,138 @@
+// AVX-512 VNNI micro-kernels of the int16 prefill GEMM (gemm_i16.h): the panel's 16 rows fill one vector
+// of int32 lanes, so each element pair is one weight load and one vpdpwssd per token (a broadcast pair of
+// its levels). Per level block, each token's integer sum is converted once and added into its f32
+// accumulator as gemm_ref does: acc = fma(float(sum), scale * d, acc), then acc = fma(-min, s, acc).
+//
+// Compiled with the AVX-512 flags: only intrinsics and internal-linkage code here (see
+// matmul_avx512.cpp).
+#include <immintrin.h>
+
+#include <utility>
+
+#include "backend/cpu/gemm_i16.h"
+
+namespace minfer::cpu::i16::avx512 {
+
+namespace {
+
+// Calls f(integral_constant<int, I>) for I = 0 .. N - 1, unrolled at compile time (an accumulator array
+// indexed at run time would live on the stack).
+template <int N, class F>
+inline void unroll(F&& f) {
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+        (f(std::integral_constant<int, I>{}), ...);
+    }
+    (std::make_integer_sequence<int, N>{});
+}
+
+template <int T, int LB, bool Min>
+void micro(const Panel& w, const Group& x, int64_t n_in, float* y, int64_t y_stride, int64_t nr,
+           const float* bias) {
+    constexpr int kPairs = LB / 2;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n_in / LB; ++j) {
+        const int32_t* wq = w.q + j * kPairs * kRows;
+        const int32_t* xq = x.q + j * kPairs * kTokens;
+        __m512i sum[T];
+        const __m512i w0 = _mm512_loadu_si512(wq);
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_madd_epi16(w0, _mm512_set1_epi32(xq[t]));
+#pragma GCC unroll 16  // straight-line chains: GCC 12 copies every accumulator per pass of a rolled loop
+        for (int p = 1; p < kPairs; ++p) {
+            const __m512i wp = _mm512_loadu_si512(wq + p * kRows);
+            for (int t = 0; t < T; ++t)
+                sum[t] = _mm512_dpwssd_epi32(sum[t], wp, _mm512_set1_epi32(xq[p * kTokens + t]));
+        }
+        const int64_t b = j * LB / 32;
+        const __m512 scale = _mm512_loadu_ps(w.scale + j * kRows);
+        for (int t = 0; t < T; ++t) {
+            const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(x.d[b * kTokens + t]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), step, acc[t]);
+        }
+        if constexpr (Min) {
+            const __m512 min = _mm512_loadu_ps(w.min + j * kRows);
+            for (int t = 0; t < T; ++t)
+                acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(x.s[b * kTokens + t]), acc[t]);
+        }
+    }
+    const auto mask = __mmask16((1u << nr) - 1);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
+    unroll<T>([&](auto t) {
+        _mm512_mask_storeu_ps(y + t * y_stride, mask, bias ? _mm512_add_ps(acc[t], bv) : acc[t]);
+    });
+}
+
+template <int LB, bool Min>
+constexpr MicroFn kMicros[kTokens] = {micro<1, LB, Min>,  micro<2, LB, Min>,  micro<3, LB, Min>,
+                                      micro<4, LB, Min>,  micro<5, LB, Min>,  micro<6, LB, Min>,
+                                      micro<7, LB, Min>,  micro<8, LB, Min>,  micro<9, LB, Min>,
+                                      micro<10, LB, Min>, micro<11, LB, Min>, micro<12, LB, Min>};
+
+// c[j][i] = r[i][j] for a 16 x 16 block of int32.
+inline void transpose16(__m512i (&r)[16]) {
+    __m512i t[16], u[16];
+    for (int k = 0; k < 16; k += 2)
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]), t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    for (int k = 0; k < 16; k += 4) {  // u[k + m], lane L: rows k .. k + 3 of column 4 L + m
+        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]), u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]),
+              u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int m = 0; m < 4; ++m) {
+        const __m512i v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88),
+                      v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD);
+        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88),
+                      w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
+        r[m] = _mm512_shuffle_i32x4(v1, w1, 0x88), r[8 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+        r[4 + m] = _mm512_shuffle_i32x4(v2, w2, 0x88), r[12 + m] = _mm512_shuffle_i32x4(v2, w2, 0xDD);
+    }
+}
+
+// The int8x2 levels 254 hi + lo of 16 floats with step d, as quantize_q8x2's reference computes them.
+inline __m512i levels16(__m512 v, float d, float ih, float il) {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 hi = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(ih)), kRound);
+    const __m512 r = _mm512_fnmadd_ps(_mm512_set1_ps(d), _mm512_mul_ps(hi, _mm512_set1_ps(254.0f)), v);
+    const __m512 lo = _mm512_roundscale_ps(_mm512_mul_ps(r, _mm512_set1_ps(il)), kRound);
+    return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_cvtps_epi32(hi), _mm512_set1_epi32(254)),
+                            _mm512_cvtps_epi32(lo));
+}
+
+}  // namespace
+
+void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q) {
+    for (int64_t p0 = 0; p0 < n_in / 2; p0 += 16) {
+        __m512i r[16];
+        for (int k = 0; k < 16; ++k)
+            r[k] = _mm512_cvtepi8_epi16(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + k * n_in + 2 * p0)));
+        transpose16(r);
+        for (int k = 0; k < 16; ++k) _mm512_storeu_si512(q + (p0 + k) * kRows, r[k]);
+    }
+}
+
+void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, float* s) {
+    const __m512i at =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(int(kTokens)));
+    for (int64_t j = 0; j < n_in / 32; ++j, x += 32) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const float step =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / (127.0f * 254.0f);
+        const float ih = step != 0.0f ? 1.0f / (254.0f * step) : 0.0f, il = step != 0.0f ? 1.0f / step : 0.0f;
+        const __m512i l0 = levels16(v0, step, ih, il), l1 = levels16(v1, step, ih, il);
+        const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(l0)),
+                                                 _mm512_cvtepi32_epi16(l1), 1);
+        _mm512_i32scatter_epi32(q + j * 16 * kTokens + t, at, pairs, 4);
+        d[j * kTokens + t] = step;
+        s[j * kTokens + t] = step * float(_mm512_reduce_add_epi32(_mm512_add_epi32(l0, l1)));
+    }
+}
+
+const MicroFn* micros(int level_block, bool level_min) {
+    if (level_block == 32) return level_min ? kMicros<32, true> : kMicros<32, false>;
+    if (level_block == 16 && !level_min) return kMicros<16, false>;
+    return nullptr;
+}
+
+}  // namespace minfer::cpu::i16::avx512
