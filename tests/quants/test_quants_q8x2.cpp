@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,7 +46,8 @@ TEST(Int8x2Act, TableEntries) {
         EXPECT_EQ(q.vec_dot_x2 != q.vec_dot_x2_ref, quants_use_avx2()) << q.name;
         EXPECT_EQ(q.quantize_x2 != q.quantize_x2_ref, quants_use_avx2()) << q.name;
     }
-    EXPECT_EQ(act_x2_row_bytes(2 * 256), 16 * (sizeof(BlockQ8X2) + 8 * sizeof(int32_t)));
+    EXPECT_EQ(act_x2_row_bytes(2 * 256), 16 * (sizeof(BlockQ8X2) + 8 * sizeof(int32_t) + 8) + 8 * 128);
+    EXPECT_EQ(act_x2_row_bytes(96), 3 * (sizeof(BlockQ8X2) + 8 * sizeof(int32_t) + 8) + 128);
 }
 
 // Both versions round the same products the same way (round half to even, one fused multiply-add for
@@ -86,6 +88,13 @@ TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
                 EXPECT_EQ(quants::x2_offsets(ref.data(), n)[8 * (i / 32) + k], 32 * lane)
                     << q.name << " block " << i / 32;
             }
+            const quants::X2Wide wide = quants::x2_wide(ref.data(), n);  // the 512-bit dots' copy
+            EXPECT_EQ(wide.d[i / 32], b.d) << q.name << " block " << i / 32;
+            EXPECT_EQ(wide.s[i / 32], b.s) << q.name << " block " << i / 32;
+            if (i / 64 >= n / 64) continue;  // an odd last block has no pair
+            const int8_t* pair = wide.pairs + 128 * (i / 64) + 32 * ((i / 32) % 2);
+            EXPECT_EQ(std::memcmp(pair, b.hi, 32), 0) << q.name << " block " << i / 32;
+            EXPECT_EQ(std::memcmp(pair + 64, b.lo, 32), 0) << q.name << " block " << i / 32;
         }
     }
 }

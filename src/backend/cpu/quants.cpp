@@ -540,7 +540,9 @@ size_t act_row_bytes(const QuantTraits& q, int64_t n) {
 }
 
 size_t act_x2_row_bytes(int64_t n) {
-    return size_t(n / kQK0) * (sizeof(quants::BlockQ8X2) + 8 * sizeof(int32_t));  // blocks, then offsets
+    // blocks, offsets, then the wide copy (quants_impl.h)
+    return size_t(n / kQK0) * (sizeof(quants::BlockQ8X2) + 8 * sizeof(int32_t) + 2 * sizeof(float)) +
+           size_t(n / 64) * 128;
 }
 
 }  // namespace minfer

@@ -134,17 +134,33 @@ struct BlockQ8X2 {
 };
 static_assert(sizeof(BlockQ8X2) == 72);
 
-// An int8x2 activation row of n elements: n / 32 BlockQ8X2, then 8 int32 per block, offsets[8 b + k] =
-// 32 * (254 * sum hi + sum lo) over elements 4k .. 4k + 3 of block b (x2_fill_offsets). The Q6_K dot
-// multiplies its levels 0..63 unsigned and subtracts them, one per int32 lane of four products, which
-// gives exactly the lanes of (q - 32) * x without flipping the signs of both activation levels; the
-// Q5_0 / Q4_0 dots subtract a half / a quarter of them (Q5_0 offset 16, Q4_0 offset 8).
-void x2_fill_offsets(const BlockQ8X2* blocks, int64_t nb, int32_t* offsets);
+// An int8x2 activation row of n elements (act_x2_row_bytes): n / 32 BlockQ8X2, then 8 int32 per block,
+// offsets[8 b + k] = 32 * (254 * sum hi + sum lo) over elements 4k .. 4k + 3 of block b, then the same
+// levels and steps again in the order the 512-bit dots load them (X2Wide). x2_fill_tail writes both from
+// the blocks. The Q6_K dot multiplies its levels 0..63 unsigned and subtracts the offsets, one per int32
+// lane of four products, which gives exactly the lanes of (q - 32) * x without flipping the signs of both
+// activation levels; the Q5_0 / Q4_0 dots subtract a half / a quarter of them (Q5_0 offset 16, Q4_0
+// offset 8).
+void x2_fill_tail(void* xq, int64_t n);
 inline const int32_t* x2_offsets(const void* xq, int64_t n) {
     return reinterpret_cast<const int32_t*>(static_cast<const BlockQ8X2*>(xq) + n / kQK0);
 }
 inline int32_t* x2_offsets(void* xq, int64_t n) {
     return reinterpret_cast<int32_t*>(static_cast<BlockQ8X2*>(xq) + n / kQK0);
+}
+
+// The wide copy: pairs[128 p ..] holds the hi levels of blocks 2p and 2p + 1 (64 bytes), then their lo
+// levels (64 bytes), for p < n / 64 (an odd last block has no pair); d[b] and s[b] are block b's step and
+// represented sum (n / 32 floats each).
+struct X2Wide {
+    const int8_t* pairs;
+    const float* d;
+    const float* s;
+};
+inline X2Wide x2_wide(const void* xq, int64_t n) {
+    const auto* pairs = reinterpret_cast<const int8_t*>(x2_offsets(xq, n) + 8 * (n / kQK0));
+    const auto* d = reinterpret_cast<const float*>(pairs + 128 * (n / 64));
+    return {pairs, d, d + n / kQK0};
 }
 
 // Scalar references (quants_q8.cpp): activation quantizers and int8-activation dots.

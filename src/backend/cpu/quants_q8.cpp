@@ -14,13 +14,27 @@
 
 namespace minfer::quants {
 
-void x2_fill_offsets(const BlockQ8X2* blocks, int64_t nb, int32_t* offsets) {
+void x2_fill_tail(void* xq, int64_t n) {
+    const auto* blocks = static_cast<const BlockQ8X2*>(xq);
+    const int64_t nb = n / kQK0;
+    int32_t* offsets = x2_offsets(xq, n);
     for (int64_t i = 0; i < nb; ++i)
         for (int k = 0; k < 8; ++k) {
             int32_t sum = 0;
             for (int l = 4 * k; l < 4 * k + 4; ++l) sum += 254 * blocks[i].hi[l] + blocks[i].lo[l];
             offsets[8 * i + k] = 32 * sum;
         }
+    const X2Wide wide = x2_wide(xq, n);
+    auto* pairs = const_cast<int8_t*>(wide.pairs);
+    for (int64_t p = 0; p < nb / 2; ++p) {
+        std::memcpy(pairs + 128 * p, blocks[2 * p].hi, kQK0);
+        std::memcpy(pairs + 128 * p + 32, blocks[2 * p + 1].hi, kQK0);
+        std::memcpy(pairs + 128 * p + 64, blocks[2 * p].lo, kQK0);
+        std::memcpy(pairs + 128 * p + 96, blocks[2 * p + 1].lo, kQK0);
+    }
+    auto* d = const_cast<float*>(wide.d);
+    auto* s = const_cast<float*>(wide.s);
+    for (int64_t i = 0; i < nb; ++i) d[i] = blocks[i].d, s[i] = blocks[i].s;
 }
 
 }  // namespace minfer::quants
@@ -239,7 +253,7 @@ void quantize_q8x2(const float* x, void* dst, int64_t n) {
         b[i].d = d;
         b[i].s = d * float(254 * sum_levels(b[i].hi, kQK0) + sum_levels(b[i].lo, kQK0));
     }
-    x2_fill_offsets(b, n / kQK0, x2_offsets(dst, n));
+    x2_fill_tail(dst, n);
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {

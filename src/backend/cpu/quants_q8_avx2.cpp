@@ -506,7 +506,7 @@ void quantize_q8x2(const float* x, void* dst, int64_t n) {
         b[i].d = d;
         b[i].s = d * float(sum);
     }
-    x2_fill_offsets(b, n / kQK0, x2_offsets(dst, n));
+    x2_fill_tail(dst, n);
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {

@@ -92,18 +92,19 @@ inline __m512i x2_sum(__m512i q, __m512i xh, __m512i xl) {
     return _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo);
 }
 
-// The same against activation blocks ya (lanes 0..7) and yb (lanes 8..15).
-inline __m512i x2_sum(__m512i q, const BlockQ8X2& ya, const BlockQ8X2& yb) {
-    return x2_sum(q, join(ya.hi, yb.hi), join(ya.lo, yb.lo));
+// The same against the pair of activation blocks 2p (lanes 0..7) and 2p + 1 (lanes 8..15) of the row's
+// wide copy.
+inline __m512i x2_sum(__m512i q, const X2Wide& x, int64_t p) {
+    return x2_sum(q, _mm512_loadu_si512(x.pairs + 128 * p), _mm512_loadu_si512(x.pairs + 128 * p + 64));
 }
 
-// Blocks a and b (b may repeat a with `two` false: its lanes then count zero) against activation blocks
-// ya and yb: the int32 lanes of (q - offset) * x (signed levels: q * x), exact, scaled by d_w * d per
-// block into acc.
+// Blocks a and b (b may repeat a with `two` false: its lanes then count zero) against activation levels
+// xh and xl (lanes 0..7 a's block, 8..15 b's) with steps da and db: the int32 lanes of (q - offset) * x
+// (signed levels: q * x), exact, scaled by d_w * d per block into acc.
 template <class Dec>
-inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b, const BlockQ8X2& ya,
-                      const BlockQ8X2& yb, const int32_t* offsets, bool two, __m512& acc) {
-    __m512i q = Dec::levels(a, b), xh = join(ya.hi, yb.hi), xl = join(ya.lo, yb.lo);
+inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b, __m512i xh, __m512i xl,
+                      float da, float db, const int32_t* offsets, bool two, __m512& acc) {
+    __m512i q = Dec::levels(a, b);
     if constexpr (Dec::kSigned) {
         const __mmask64 negative = _mm512_movepi8_mask(q);
         q = _mm512_abs_epi8(q);
@@ -116,7 +117,7 @@ inline void pair_step(const typename Dec::Block& a, const typename Dec::Block& b
         p = _mm512_sub_epi32(p,
                              _mm512_srai_epi32(_mm512_maskz_loadu_epi32(lanes, offsets), Dec::kOffsetShift));
     }
-    const float sa = half_to_float(a.d) * ya.d, sb = two ? half_to_float(b.d) * yb.d : 0.0f;
+    const float sa = half_to_float(a.d) * da, sb = two ? half_to_float(b.d) * db : 0.0f;
     const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
     acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(p), acc);
 }
@@ -127,16 +128,24 @@ float block32_pair_dot(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const typename Dec::Block*>(w);
     const auto* y = static_cast<const BlockQ8X2*>(xq);
     const int64_t nb = n / kQK0;
-    const auto* offsets = reinterpret_cast<const int32_t*>(y + nb);  // the row's x2_offsets
+    const int32_t* offsets = x2_offsets(xq, n);
+    const X2Wide x = x2_wide(xq, n);
+    // Blocks i, i + 1 (i even) against the wide copy's pair i / 2.
+    const auto step = [&](int64_t i, __m512& acc) {
+        const int8_t* xp = x.pairs + 64 * i;
+        pair_step<Dec>(b[i], b[i + 1], _mm512_loadu_si512(xp), _mm512_loadu_si512(xp + 64), x.d[i],
+                       x.d[i + 1], offsets + 8 * i, true, acc);
+    };
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         prefetch_ahead<4 * sizeof(b[i])>(b + i);
-        pair_step<Dec>(b[i], b[i + 1], y[i], y[i + 1], offsets + 8 * i, true, a0);
-        pair_step<Dec>(b[i + 2], b[i + 3], y[i + 2], y[i + 3], offsets + 8 * i + 16, true, a1);
+        step(i, a0), step(i + 2, a1);
     }
-    for (; i + 2 <= nb; i += 2) pair_step<Dec>(b[i], b[i + 1], y[i], y[i + 1], offsets + 8 * i, true, a0);
-    if (i < nb) pair_step<Dec>(b[i], b[i], y[i], y[i], offsets + 8 * i, false, a1);
+    for (; i + 2 <= nb; i += 2) step(i, a0);
+    if (i < nb)
+        pair_step<Dec>(b[i], b[i], join(y[i].hi, y[i].hi), join(y[i].lo, y[i].lo), y[i].d, 0.0f,
+                       offsets + 8 * i, false, a1);
     return lane_sum(_mm512_add_ps(a0, a1));
 }
 
@@ -146,17 +155,15 @@ float block32_pair_dot(const void* w, const void* xq, int64_t n) {
 // d_w * sc_j * d_x, rounded as the AVX2 kernel rounds them; the minimum terms -dmin * m_j * s go into
 // their own 8-lane accumulator as there.
 template <class Block>
-float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
+float k_type1_dot_x2(const Block* b, const X2Wide& x, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
-        const BlockQ8X2* yi = y + 8 * i;
         __m128i scales, mins;
         k_scales_mins(b[i].scales, &scales, &mins);
-        const __m256 dx =
-            _mm256_setr_ps(yi[0].d, yi[1].d, yi[2].d, yi[3].d, yi[4].d, yi[5].d, yi[6].d, yi[7].d);
+        const __m256 dx = _mm256_loadu_ps(x.d + 8 * i);
         const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales)));
         const __m512 dsx =
@@ -175,7 +182,7 @@ float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
                 const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, counts), _mm512_set1_epi8(1));
                 q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
             }
-            const __m512i sum = x2_sum(q, yi[2 * p], yi[2 * p + 1]);
+            const __m512i sum = x2_sum(q, x, 4 * i + p);
             const __m512i pick =
                 _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
             __m512& acc = p % 2 ? acc1 : acc0;
@@ -183,9 +190,7 @@ float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
-        const __m256 s =
-            _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
-        accm = _mm256_fmadd_ps(m, s, accm);
+        accm = _mm256_fmadd_ps(m, _mm256_loadu_ps(x.s + 8 * i), accm);
     }
     return lane_sum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_castps256_ps512(accm)));
 }
@@ -195,7 +200,7 @@ float k_type1_dot_x2(const Block* b, const BlockQ8X2* y, int64_t n) {
 // k = 2) and the top bits of qh shifted per half. Levels 0..63 multiply x unsigned and each lane
 // subtracts its activation offset, as there; lane scales d_w * sc * d_x for the four 16-element
 // sub-blocks of the two groups.
-float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets, int64_t n) {
+float q6_k_dot_x2(const BlockQ6K* b, const X2Wide& x, const int32_t* offsets, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
     const __m512i shift_lo = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
@@ -221,10 +226,10 @@ float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets,
             for (int k = 0; k < 2; ++k) {
                 const int64_t a = 8 * i + 4 * h + 2 * k;  // activation blocks a and a + 1
                 const __m512i p =
-                    _mm512_sub_epi32(x2_sum(g[k], y[a], y[a + 1]), _mm512_loadu_si512(offsets + 8 * a));
+                    _mm512_sub_epi32(x2_sum(g[k], x, a / 2), _mm512_loadu_si512(offsets + 8 * a));
                 const __m512i sub = _mm512_add_epi32(quarter, _mm512_set1_epi32(2 * (4 * h + 2 * k)));
                 const __m512 dx =
-                    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(y[a].d), _mm512_set1_ps(y[a + 1].d));
+                    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(x.d[a]), _mm512_set1_ps(x.d[a + 1]));
                 __m512& acc = k ? acc1 : acc0;
                 acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_permutexvar_ps(sub, ds), dx),
                                       _mm512_cvtepi32_ps(p), acc);
@@ -237,16 +242,15 @@ float q6_k_dot_x2(const BlockQ6K* b, const BlockQ8X2* y, const int32_t* offsets,
 }  // namespace
 
 float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n) {
-    const auto* y = static_cast<const BlockQ8X2*>(xq);
-    return q6_k_dot_x2(static_cast<const BlockQ6K*>(w), y, reinterpret_cast<const int32_t*>(y + n / kQK0), n);
+    return q6_k_dot_x2(static_cast<const BlockQ6K*>(w), x2_wide(xq, n), x2_offsets(xq, n), n);
 }
 
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
-    return k_type1_dot_x2(static_cast<const BlockQ4K*>(w), static_cast<const BlockQ8X2*>(xq), n);
+    return k_type1_dot_x2(static_cast<const BlockQ4K*>(w), x2_wide(xq, n), n);
 }
 
 float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n) {
-    return k_type1_dot_x2(static_cast<const BlockQ5K*>(w), static_cast<const BlockQ8X2*>(xq), n);
+    return k_type1_dot_x2(static_cast<const BlockQ5K*>(w), x2_wide(xq, n), n);
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
