@@ -190,7 +190,9 @@ constexpr int64_t kTiledMinRows = 8192;
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
 // tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads),
-// the concatenation is tiled.
+// the concatenation is tiled. Every copy is ordered on `stream`: a plain cudaMemcpy from pageable
+// memory may return before its DMA lands, and the non-blocking stream's tile kernel would then read the
+// staging buffer's previous matrix (CudaVsCpu failed 2 runs in 3 that way).
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
     size_t total = 0;
     int64_t rows = 0;
@@ -206,7 +208,8 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
     uint8_t* raw = tiled ? upload_stage.as<uint8_t>() : base;
     size_t off = 0;
     for (const WeightRef* w : ws) {
-        MINFER_CUDA_CHECK(cudaMemcpy(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice));
+        MINFER_CUDA_CHECK(
+            cudaMemcpyAsync(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice, stream));
         mats[w->name] = QMatrix{w->type, base + off, w->n_in, w->n_out, tiled};
         off += bytes_of(*w);
     }
@@ -224,7 +227,8 @@ void CudaBackend::Impl::upload_vector(const WeightRef& w) {
     std::vector<float> host(size_t(w.n_in));
     quant_traits(t.type)->to_float(t.data, host.data(), w.n_in);
     auto* d = reinterpret_cast<float*>(allocate(host.size() * sizeof(float)));
-    MINFER_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    MINFER_CUDA_CHECK(
+        cudaMemcpyAsync(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
     vecs[w.name] = d;
 }
 
@@ -241,6 +245,7 @@ void CudaBackend::Impl::upload_all(const Model& m) {
     upload_matrices({&m.tok_embd}, false);
     if (!mats.count(m.output.name)) upload_matrices({&m.output});
     upload_vector(m.output_norm);
+    MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
     upload_stage.release();
 }
 
