@@ -139,7 +139,8 @@ TEST_P(QuantType, SimdToFloatMatchesReferenceExactly) {
 }
 
 // The integer levels of the int16 prefill GEMM stand for exactly the weights to_float_ref gives:
-// fma(scale, q, -min) per element, bit for bit (random blocks: every level, scale and minimum pattern).
+// fma(scale, q, -min) per element, bit for bit (random blocks: every level, scale and minimum pattern);
+// the table's SIMD version gives the reference's bytes.
 TEST_P(QuantType, LevelsReconstructWeightsExactly) {
     const QuantTraits& q = traits(GetParam());
     if (!q.to_levels) GTEST_SKIP() << q.name << " has no integer levels (prefill keeps f32)";
@@ -149,8 +150,16 @@ TEST_P(QuantType, LevelsReconstructWeightsExactly) {
         const auto nb = size_t(n / q.level_block);
         std::vector<int8_t> lv(static_cast<size_t>(n));
         std::vector<float> scale(nb, NAN), min(nb, NAN), ref(static_cast<size_t>(n));
-        q.to_levels(row.data(), lv.data(), scale.data(), min.data(), n);
+        q.to_levels_ref(row.data(), lv.data(), scale.data(), min.data(), n);
         q.to_float_ref(row.data(), ref.data(), n);
+        std::vector<int8_t> lv_simd(lv.size());  // the table's choice (SIMD where supported): same bytes
+        std::vector<float> scale_simd(nb, NAN), min_simd(nb, NAN);
+        q.to_levels(row.data(), lv_simd.data(), scale_simd.data(), min_simd.data(), n);
+        ASSERT_EQ(lv_simd, lv) << q.name << " n=" << n;
+        for (size_t j = 0; j < nb; ++j) {
+            ASSERT_EQ(f32_bits(scale_simd[j]), f32_bits(scale[j])) << q.name << " n=" << n << " j=" << j;
+            ASSERT_EQ(f32_bits(min_simd[j]), f32_bits(min[j])) << q.name << " n=" << n << " j=" << j;
+        }
         for (int64_t i = 0; i < n; ++i) {
             const size_t j = size_t(i / q.level_block);
             if (!q.level_min) {

@@ -42,7 +42,7 @@ struct RowLevels {
     void fill(const QuantTraits& qt, const uint8_t* row, int64_t n_in) {
         const auto nb = size_t(n_in / qt.level_block);
         q.resize(size_t(n_in)), scale.resize(nb), min.resize(nb);
-        qt.to_levels(row, q.data(), scale.data(), min.data(), n_in);
+        qt.to_levels_ref(row, q.data(), scale.data(), min.data(), n_in);
     }
 };
 

@@ -426,27 +426,36 @@ Q8Fns q8k(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
             x2_simd};
 }
 
+using LevelsFn = void (*)(const void*, int8_t*, float*, float*, int64_t);
+
 struct Levels {
     GgmlType type;
-    void (*fn)(const void*, int8_t*, float*, float*, int64_t);
+    LevelsFn ref, simd;  // simd: nullptr where the reference serves
     int block;
     bool min;
 };
 
-void set_levels(std::array<QuantTraits, 11>& t) {
+void set_levels(std::array<QuantTraits, 11>& t, bool simd) {
+    namespace v = quants::avx2;
     const Levels levels[] = {
-        {GgmlType::Q8_0, to_levels<BlockQ8_0, kQK0, 32, lev_block32_sym<BlockQ8_0, 0>>, 32, false},
-        {GgmlType::Q4_0, to_levels<BlockQ4_0, kQK0, 32, lev_block32_sym<BlockQ4_0, 8>>, 32, false},
-        {GgmlType::Q5_0, to_levels<BlockQ5_0, kQK0, 32, lev_block32_sym<BlockQ5_0, 16>>, 32, false},
-        {GgmlType::Q4_1, to_levels<BlockQ4_1, kQK0, 32, lev_block32_min<BlockQ4_1>>, 32, true},
-        {GgmlType::Q5_1, to_levels<BlockQ5_1, kQK0, 32, lev_block32_min<BlockQ5_1>>, 32, true},
-        {GgmlType::Q4_K, to_levels<BlockQ4K, kQKK, 32, lev_k_type1<BlockQ4K>>, 32, true},
-        {GgmlType::Q5_K, to_levels<BlockQ5K, kQKK, 32, lev_k_type1<BlockQ5K>>, 32, true},
-        {GgmlType::Q6_K, to_levels<BlockQ6K, kQKK, 16, lev_q6_k>, 16, false},
+        {GgmlType::Q8_0, to_levels<BlockQ8_0, kQK0, 32, lev_block32_sym<BlockQ8_0, 0>>, v::levels_q8_0, 32,
+         false},
+        {GgmlType::Q4_0, to_levels<BlockQ4_0, kQK0, 32, lev_block32_sym<BlockQ4_0, 8>>, v::levels_q4_0, 32,
+         false},
+        {GgmlType::Q5_0, to_levels<BlockQ5_0, kQK0, 32, lev_block32_sym<BlockQ5_0, 16>>, v::levels_q5_0, 32,
+         false},
+        {GgmlType::Q4_1, to_levels<BlockQ4_1, kQK0, 32, lev_block32_min<BlockQ4_1>>, nullptr, 32, true},
+        {GgmlType::Q5_1, to_levels<BlockQ5_1, kQK0, 32, lev_block32_min<BlockQ5_1>>, nullptr, 32, true},
+        {GgmlType::Q4_K, to_levels<BlockQ4K, kQKK, 32, lev_k_type1<BlockQ4K>>, v::levels_q4_k, 32, true},
+        {GgmlType::Q5_K, to_levels<BlockQ5K, kQKK, 32, lev_k_type1<BlockQ5K>>, v::levels_q5_k, 32, true},
+        {GgmlType::Q6_K, to_levels<BlockQ6K, kQKK, 16, lev_q6_k>, v::levels_q6_k, 16, false},
     };
     for (const Levels& l : levels)
         for (QuantTraits& e : t)
-            if (e.type == l.type) e.to_levels = l.fn, e.level_block = l.block, e.level_min = l.min;
+            if (e.type == l.type) {
+                e.to_levels_ref = l.ref, e.to_levels = simd && l.simd ? l.simd : l.ref;
+                e.level_block = l.block, e.level_min = l.min;
+            }
 }
 
 std::array<QuantTraits, 11> build_table() {
@@ -493,7 +502,7 @@ std::array<QuantTraits, 11> build_table() {
     for (const auto& [type, fns] : q8)
         for (QuantTraits& e : t)
             if (e.type == type) e = with_q8(e, fns, s);
-    set_levels(t);
+    set_levels(t, s);
     return t;
 }
 

@@ -216,6 +216,14 @@ float dot_q4_k(const void* blocks, const float* x, int64_t n);
 float dot_q5_k(const void* blocks, const float* x, int64_t n);
 float dot_q6_k(const void* blocks, const float* x, int64_t n);
 
+// quants_levels_avx2.cpp: QuantTraits::to_levels of these types (the reference's levels, scales, mins).
+void levels_q8_0(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_q4_0(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_q5_0(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_q4_k(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_q5_k(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_q6_k(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+
 // quants_q8_avx2.cpp: twins of the quants::ref functions above.
 void quantize_q8a(const float* x, void* dst, int64_t n);
 void quantize_q8k(const float* x, void* dst, int64_t n);
