@@ -119,13 +119,13 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
     const int32_t* pos = ids_of(bufs, n.src[2]);
     float* out = bufs.data(n.id);
     const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
-    scratch_.resize(size_t(pool_.size() * r.n_ctx));
+    scratch_.resize(size_t(pool_.size() * group * r.n_ctx));
     pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
         const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
         const float* qt = q + t * q_stride + j * group * m.hd;
         cpu::attention(qt, r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv,
                        out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, m.nkt, int64_t(pos[t]) + 1,
-                       m.scale, scratch_.data() + ith * r.n_ctx);
+                       m.scale, scratch_.data() + ith * group * r.n_ctx);
     });
 }
 

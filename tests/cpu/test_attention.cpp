@@ -47,7 +47,8 @@ void check_attention(const Shape& s, int64_t rows, float scale, float qk_amp, st
     const auto q = random_floats(rng, s.n_head * s.hd, -qk_amp, qk_amp);
     const auto k = random_floats(rng, rows * stride, -qk_amp, qk_amp);
     const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
-    std::vector<float> out(q.size()), want(q.size()), scratch(static_cast<size_t>(rows));
+    std::vector<float> out(q.size()), want(q.size()),
+        scratch(static_cast<size_t>(rows * (s.n_head / s.n_head_kv)));
     attention(q.data(), k.data(), v.data(), out.data(), s.n_head, s.n_head_kv, s.hd, stride, rows, scale,
               scratch.data());
     attention_ref(q.data(), k.data(), v.data(), want.data(), s.n_head, s.n_head_kv, s.hd, stride, rows,
@@ -68,8 +69,10 @@ void check_attention(const Shape& s, int64_t rows, float scale, float qk_amp, st
 
 TEST(Attention, MatchesDoubleReference) {
     std::mt19937 rng(11);
-    const Shape shapes[] = {{4, 2, 64, 0},  {8, 4, 128, 0}, {4, 4, 64, 8},
-                            {8, 1, 128, 3}, {2, 1, 36, 0},  {4, 2, 100, 5}};
+    // Groups of 1 to 8 heads per KV head (7: Qwen2.5-0.5B/7B), head dims of 64 and 128 and others (80:
+    // the AVX-512 kernel's 16-column tail; 36, 100: not multiples of 16, the AVX2 kernel).
+    const Shape shapes[] = {{4, 2, 64, 0},  {8, 4, 128, 0}, {4, 4, 64, 8},  {8, 1, 128, 3}, {2, 1, 36, 0},
+                            {4, 2, 100, 5}, {7, 1, 64, 0},  {6, 2, 128, 4}, {3, 1, 80, 0}};
     for (const Shape& s : shapes) {
         for (int64_t rows : {1, 2, 3, 7, 8, 9, 31, 63, 64, 65, 129, 300}) {
             check_attention(s, rows, 1.0f / std::sqrt(float(s.hd)), 1.0f, rng);

@@ -52,5 +52,11 @@ void matmul_panel(const float* panel, int64_t nr, const float* xp, int64_t nt, i
 // Call only where quants_use_avx512(); matmul.cpp chooses.
 namespace avx512 {
 const avx2::PanelMicroFn* panel_micros();
+
+// attention_avx512.cpp: ops.h's attention for head dims that are multiples of 16 and GQA groups of up to
+// 8 heads (attention_fits); scratch holds n_kv_rows floats per head of a group.
+bool attention_fits(int64_t group, int64_t hd);
+void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
+               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
 }  // namespace avx512
 }  // namespace minfer::cpu

@@ -20,7 +20,7 @@ void mul(const float* a, const float* b, float* y, int64_t n);
 // Causal GQA attention for one query token over a KV region.
 // q: [n_head * hd] (this token), k/v: region rows [n_kv_rows][kv_stride] where head h reads kv head
 // h / (n_head / n_head_kv) at column offset (h / group) * hd; attends rows 0..n_kv_rows-1.
-// out: [n_head * hd]. scratch: at least n_kv_rows floats.
+// out: [n_head * hd]. scratch: at least n_kv_rows * (n_head / n_head_kv) floats.
 void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
                int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
 
