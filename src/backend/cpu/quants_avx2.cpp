@@ -267,18 +267,6 @@ float block32_min_dot(const void* w, const float* x, int64_t n) {
 // ---- K-quants: a walker dequantizes a 256-element super-block 8 elements at a time and hands each
 // piece to a sink (StoreSink for to_float, DotSink for dot) ----
 
-inline __m256i load32(const uint8_t* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// Byte-lane shifts (AVX2 has none): shift 16-bit lanes, the caller masks off bits from the neighbour byte.
-inline __m256i shl_bytes(__m256i v, int n) {
-    return _mm256_slli_epi16(v, n);
-}
-inline __m256i shr_bytes(__m256i v, int n) {
-    return _mm256_srli_epi16(v, n);
-}
-
 // d * sc_j and -(dmin * m_j) for all eight sub-blocks of a Q4_K/Q5_K super-block: k_scale_min done on
 // four sub-blocks at once in 32-bit words. Bytes 0..3 (4..7) hold the scales (mins) of sub-blocks 0..3 in
 // their low 6 bits; sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 and their top
@@ -345,19 +333,11 @@ inline void walk_q6_k(const BlockQ6K& b, Sink& sink) {
     const __m256 d = _mm256_set1_ps(half_to_float(b.d));
     _mm256_storeu_ps(scale, _mm256_mul_ps(d, to_ps(i8x8(b.scales))));
     _mm256_storeu_ps(scale + 8, _mm256_mul_ps(d, to_ps(i8x8(b.scales + 8))));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
     const __m256i bias = _mm256_set1_epi8(32);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-        const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32);
-        const __m256i qh = load32(b.qh + 32 * h);
-        const __m256i g[4] = {
-            _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(shl_bytes(qh, 4), top2)),
-            _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(shl_bytes(qh, 2), top2)),
-            _mm256_or_si256(_mm256_and_si256(shr_bytes(a, 4), low4), _mm256_and_si256(qh, top2)),
-            _mm256_or_si256(_mm256_and_si256(shr_bytes(c, 4), low4),
-                            _mm256_and_si256(shr_bytes(qh, 2), top2)),
-        };
+        __m256i g[4];
+        simd::q6_k_groups(b.ql + 64 * h, b.qh + 32 * h, g);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
             __m256i q[4];

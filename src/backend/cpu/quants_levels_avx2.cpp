@@ -14,6 +14,7 @@ namespace minfer::quants::avx2 {
 namespace {
 
 using simd::half_to_float;
+using simd::q6_k_groups;
 
 inline __m256i load32(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -84,24 +85,16 @@ void k_type1_levels(const void* w, int8_t* q, float* scale, float* min, int64_t 
     }
 }
 
-// Q6_K: per 128-element half, groups g = 0..3 of 32 take the low (g < 2) or high nibble of
-// ql[32 (g & 1) + l] and bits 2g, 2g + 1 of qh[l]; level q - 32, scale d * sc per 16 elements.
+// Q6_K: levels q - 32 of each half's four groups (q6_k_groups), scale d * sc per 16 elements.
 void q6_k_levels(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
     const auto* b = static_cast<const BlockQ6K*>(w);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+    const __m256i bias = _mm256_set1_epi8(32);
     for (int64_t i = 0; i < n / kQKK; ++i, q += kQKK, scale += 16, min += 16) {
         const float d = half_to_float(b[i].d);
         for (int k = 0; k < 16; ++k) scale[k] = d * float(b[i].scales[k]), min[k] = 0.0f;
         for (int h = 0; h < 2; ++h) {
-            const __m256i a = load32(b[i].ql + 64 * h), c = load32(b[i].ql + 64 * h + 32);
-            const __m256i qh = load32(b[i].qh + 32 * h);
-            const __m256i g[4] = {
-                _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2)),
-                _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(qh, top2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2)),
-            };
+            __m256i g[4];
+            q6_k_groups(b[i].ql + 64 * h, b[i].qh + 32 * h, g);
             for (int k = 0; k < 4; ++k) store32(q + 128 * h + 32 * k, _mm256_sub_epi8(g[k], bias));
         }
     }

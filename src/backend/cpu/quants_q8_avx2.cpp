@@ -24,6 +24,7 @@ using simd::half_to_float;
 using simd::hsum;
 using simd::k_scales_mins;
 using simd::prefetch_ahead;
+using simd::q6_k_groups;
 
 inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
@@ -358,17 +359,6 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
     return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm));
 }
 
-// Q6_K levels 0..63 of the four 32-element groups of half h (layout as walk_q6_k in quants_avx2.cpp).
-inline void q6_k_groups(const BlockQ6K& b, int h, __m256i g[4]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
-    const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
-    g[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2));
-    g[1] = _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2));
-    g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(qh, top2));
-    g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
-                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
-}
-
 // Scales of Q6_K sub-blocks 2G and 2G + 1 (G = 4h + k) over 16-bit lanes 0..7 and 8..15.
 inline __m256i q6_k_group_scales(__m128i sc8, int h, int k) {
     const int s = 2 * (4 * h + k);
@@ -384,7 +374,7 @@ inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         __m256i g[4];
-        q6_k_groups(b, h, g);
+        q6_k_groups(b.ql + 64 * h, b.qh + 32 * h, g);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
             const __m256i scale = q6_k_group_scales(sc8, h, k);
@@ -414,7 +404,7 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             __m256i g[4];
-            q6_k_groups(b[i], h, g);
+            q6_k_groups(b[i].ql + 64 * h, b[i].qh + 32 * h, g);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const int64_t a = 8 * i + 4 * h + k;  // activation block

@@ -47,6 +47,21 @@ inline void k_scales_mins(const uint8_t* s, __m128i* scales, __m128i* mins) {
     *mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mn)));
 }
 
+// The levels 0..63 of one 128-element half of a Q6_K super-block (ql64 = ql + 64 h, qh32 = qh + 32 h) in
+// byte lanes: group g of 32 takes the low (g < 2) or high nibble of ql64[32 (g & 1) + l] and bits 2g,
+// 2g + 1 of qh32[l] as its top two bits.
+inline void q6_k_groups(const uint8_t* ql64, const uint8_t* qh32, __m256i g[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql64));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql64 + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh32));
+    g[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2));
+    g[1] = _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2));
+    g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(qh, top2));
+    g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
+}
+
 inline double hsum(__m256d v) {
     __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
     s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
