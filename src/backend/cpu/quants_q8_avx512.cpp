@@ -89,7 +89,9 @@ inline __m512i join(const int8_t* a, const int8_t* b) {
 inline __m512i x2_sum(__m512i q, __m512i xh, __m512i xl) {
     const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
     const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xl);
-    return _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(254)), lo);
+    __m512i k254 = _mm512_set1_epi32(254);
+    asm("" : "+v"(k254));  // one vpmulld: GCC 12 would multiply by three shifts and subtracts
+    return _mm512_add_epi32(_mm512_mullo_epi32(hi, k254), lo);
 }
 
 // The same against the pair of activation blocks 2p (lanes 0..7) and 2p + 1 (lanes 8..15) of the row's
