@@ -49,11 +49,11 @@ struct QuantTraits {
     void (*quantize_x2_ref)(const float* x, void* xq, int64_t n);
     float (*vec_dot_x2_ref)(const void* blocks, const void* xq, int64_t n);
 
-    // Integer levels, for the int16 prefill GEMM (nullptr for the float types): to_levels (and its scalar
-    // twin to_levels_ref, which it matches byte for byte) writes a row's n
+    // Integer levels, for the int16 prefill GEMM (nullptr for the float types): to_levels writes a row's n
     // weights as int8 levels q with w[i] = fma(scale[i / level_block], q[i], -min[i / level_block]), bit
     // for bit to_float_ref's w; min is all zeros unless level_min. level_block is 32, or 16 for Q6_K
-    // (each 16-element sub-block has its own scale).
+    // (each 16-element sub-block has its own scale). to_levels_ref is the scalar twin, whose bytes the
+    // SIMD version gives.
     void (*to_levels)(const void* blocks, int8_t* q, float* scale, float* min, int64_t n);
     void (*to_levels_ref)(const void* blocks, int8_t* q, float* scale, float* min, int64_t n);
     int level_block;
