@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels_avx2.h"
+#include "backend/cpu/simd_avx2.h"
 
 namespace minfer::cpu::avx512 {
 
@@ -18,21 +19,15 @@ namespace {
 
 constexpr int64_t kFoldRows = 64;  // f32 V accumulation span before folding into double (as AVX2)
 
-// exp8 of ops_avx2.cpp, 16 lanes: e^x within about 3 ulp for x in [-87, 88].
+// exp8 of ops_avx2.cpp, 16 lanes: e^x within about 3 ulp for x in [-87, 88] (simd_avx2.h's polynomial).
 inline __m512 exp16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(simd::kLog2e)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(simd::kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(simd::kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(simd::kExpPoly[0]);
+    for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(simd::kExpPoly[i]));
     const __m512i bits =
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));

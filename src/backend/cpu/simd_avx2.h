@@ -11,6 +11,14 @@
 namespace minfer::simd {
 namespace {
 
+// e^x for the vector kernels (exp8 in ops_avx2.cpp, exp16 in attention_avx512.cpp): x = n ln2 + r with
+// |r| <= ln2/2, ln2 split in two (Cody-Waite) so that n ln2 is exact enough, and e^r from its degree-7
+// Taylor polynomial (coefficients highest first), whose truncation error r^8/8! < 6e-9 is below float
+// rounding.
+inline constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kExpPoly[] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                                     1.0f / 6.0f,    0.5f,          1.0f,          1.0f};
+
 inline float half_to_float(uint16_t h) {
     return _cvtsh_ss(h);
 }
