@@ -174,11 +174,7 @@ void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
     std::vector<float>& kv = fused_scratch_;
     kv.resize(size_t(2 * nt * n_kv));
     float *k = kv.data(), *v = kv.data() + nt * n_kv, *q = bufs.data(n.id);
-    const int layer = std::visit(
-        Overload{[](const op::FusedQKV& o) { return o.layer; },
-                 [](const op::FusedQkvNorm& o) { return o.layer; },
-                 [](const op::QkvBiasRopeStore& o) { return o.layer; }, [](const auto&) { return -1; }},
-        n.op);
+    const int layer = kv_layer(n.op);
     if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // projections ran as separate nodes
         const float* srcs[3] = {bufs.data(n.src[0]), bufs.data(n.src[1]), bufs.data(n.src[2])};
         float* dsts[3] = {q, k, v};

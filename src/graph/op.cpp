@@ -16,6 +16,15 @@ const char* op_name(const Op& o) {
     return names[o.index()];
 }
 
+int kv_layer(const Op& o) {
+    return std::visit(
+        Overload{[](const op::FusedQKV& p) { return p.layer; },
+                 [](const op::FusedQkvNorm& p) { return p.layer; },
+                 [](const op::QkvBiasRopeStore& p) { return p.layer; },
+                 [](const op::KvcacheStore& p) { return p.layer; }, [](const auto&) { return -1; }},
+        o);
+}
+
 const char* dtype_name(DType t) {
     return t == DType::F32 ? "f32" : "i32";
 }

@@ -87,6 +87,8 @@ using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::Mat
 const char* op_name(const Op& op);    // "RmsNorm"
 std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"
 const char* dtype_name(DType t);
+// The layer whose KV region a node writes (KvcacheStore and the QKV fusions); -1 for other ops.
+int kv_layer(const Op& op);
 const char* rope_style_name(RopeStyle s);
 
 }  // namespace minfer

@@ -80,11 +80,7 @@ std::vector<bool> live_nodes(const ComputeGraph& g) {
     std::vector<bool> live(g.nodes.size(), false);
     for (NodeId o : g.outputs) live[size_t(o)] = true;
     for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
-        const bool side_effect = std::holds_alternative<op::KvcacheStore>(it->op) ||
-                                 std::holds_alternative<op::FusedQKV>(it->op) ||
-                                 std::holds_alternative<op::FusedQkvNorm>(it->op) ||
-                                 std::holds_alternative<op::QkvBiasRopeStore>(it->op);
-        if (side_effect) live[size_t(it->id)] = true;
+        if (kv_layer(it->op) >= 0) live[size_t(it->id)] = true;  // writes a KV region
         if (!live[size_t(it->id)]) continue;
         for (NodeId s : it->src) live[size_t(s)] = true;
     }
