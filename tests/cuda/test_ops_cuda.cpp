@@ -359,7 +359,7 @@ struct AttnCase {
     int64_t n_head, n_head_kv, head_dim;
 };
 
-// (40, 2, 64) has a group of 20 query heads per KV head: more than one block per group.
+// (40, 2, 64) has a group of 20 query heads per KV head (20 blocks read the same rows).
 const AttnCase kAttnShapes[] = {{14, 2, 64},  {4, 2, 128},  {8, 4, 8},  {32, 8, 128},
                                 {16, 16, 64}, {12, 2, 128}, {40, 2, 64}};
 
@@ -575,11 +575,12 @@ void scale_last_token(const EpiCase& c, const EpiLayout& l, int64_t nt, Vec& in)
 // Runs the epilogue for tokens at `pos` (one may be out of range: its Q is still produced, its K and V
 // are not stored) and checks q_out and the whole region (rows not written keep their contents, as do
 // two guard rows past n_ctx).
-void check_epilogue(const EpiCase& c, const Pos& pos, std::mt19937& rng) {
+void check_epilogue(const EpiCase& c, const Pos& pos, bool table, std::mt19937& rng) {
     const int64_t nt = int64_t(pos.size()), hd = c.head_dim, nq = c.n_head * hd, nkv = c.n_head_kv * hd;
     const int64_t n_ctx = 32;
     const float eps = 1e-6f;
-    SCOPED_TRACE(std::string(c.name) + ", nt " + std::to_string(nt));
+    SCOPED_TRACE(std::string(c.name) + ", nt " + std::to_string(nt) +
+                 (table ? ", RoPE table" : ", angles evaluated"));
     const EpiLayout l = epi_layout(c, nt);
     EpiData e;
     e.in = uniform(rng, l.size, -2.0f, 2.0f);
@@ -606,7 +607,11 @@ void check_epilogue(const EpiCase& c, const Pos& pos, std::mt19937& rng) {
                          eps,
                          l.q_stride,
                          l.k_stride,
-                         l.v_stride};
+                         l.v_stride,
+                         {}};
+    DeviceBuffer<float> cs(sz(n_ctx * c.n_rot));
+    if (table) cuda::rope_table(ep.rope, n_ctx, cs.get(), nullptr);
+    ep.table = {table ? cs.get() : nullptr, n_ctx};
     const float* base = din.get();
     cuda::qkv_epilogue(base + l.q_base, base + l.k_base, base + l.v_base, dpos.get(), nt, ep, dq_out.get(),
                        cuda::KvRegion{rk.get(), rv.get(), nkv, n_ctx}, nullptr);
@@ -627,10 +632,11 @@ TEST(CudaOps, QkvEpilogue) {
         {"normal rope, head_dim 96, fused", 4, 2, 96, 96, false, 5e5f, false, false, true},
         {"neox, partial n_rot, biases", 4, 4, 128, 64, true, 1e4f, true, false, false},
     };
-    for (const EpiCase& c : cases) {
-        check_epilogue(c, {int32_t(rng() % 32)}, rng);
-        check_epilogue(c, {3, 31, 32, 0, 17}, rng);  // 32 == n_ctx: Q only
-    }
+    for (const EpiCase& c : cases)
+        for (const bool table : {true, false}) {
+            check_epilogue(c, {int32_t(rng() % 32)}, table, rng);
+            check_epilogue(c, {3, 31, 32, 0, 17}, table, rng);  // 32 == n_ctx: Q only, angles evaluated
+        }
 }
 
 }  // namespace

@@ -1,10 +1,15 @@
-// Attention over the persistent KV region and the fused QKV epilogue. One thread block serves up to
-// kMaxGroup query heads that share a KV head (GQA), so each K/V row is read once for the whole group.
-// Its warps take tiles of 8 keys in turn: four lanes score each key for every head, the warp updates its
-// online softmax once per tile, then accumulates p * v with the lanes along the head's elements; the
-// warps combine at the end. Decode splits long contexts over the blocks of a thread-block cluster
-// (split-K), which merge their partial softmaxes through distributed shared memory: no second kernel and
-// no partials in global memory.
+// Attention over the persistent KV region and the fused QKV epilogue. One thread block serves one query
+// head (with GQA the heads of a KV head read its rows from L2 each): its warps take tiles of 8 keys in
+// turn, four lanes scoring each key, the warp updating its online softmax once per tile, then
+// accumulating p * v with the lanes along the head's elements; the warps combine at the end. Decode
+// splits long contexts over the blocks of a thread-block cluster (split-K), which merge their partial
+// softmaxes through distributed shared memory: no second kernel and no partials in global memory.
+//
+// One head per block measured faster than one block per KV head serving its whole group (the previous
+// layout, which read each row once): a warp then ran the group's softmax updates one head after another,
+// and a short context had only n_head_kv blocks on the GPU. Qwen2.5-0.5B Q4_K_M tg128 1,355-1,364 ->
+// 1,482-1,505 tok/s, at depth 3968 747 -> 963; Qwen2.5-1.5B 716 -> 778 (H200; 2 heads per block in
+// between).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -24,7 +29,6 @@ namespace {
 
 constexpr int kWarp = kWarpSize;
 constexpr int kWarps = 8;      // warps per block
-constexpr int kMaxGroup = 8;   // query heads per block
 constexpr int kMaxSplits = 8;  // blocks per cluster: the portable cluster size
 
 __device__ int64_t lmin(int64_t a, int64_t b) {
@@ -40,17 +44,16 @@ struct AttnArgs {
     const int32_t* pos;
     float* out;
     AttnShape a;
-    int groups_per_kv;  // blocks per KV head along x (ceil(group / kMaxGroup))
-    int splits;         // blocks along z, one cluster; each walks a share of the keys
+    int splits;  // blocks along z, one cluster; each walks a share of the keys
 };
 
 // Keys a warp takes at once (a tile): kLanesPerKey lanes score each, every lane's loads in flight
-// together, then the warp updates each head's softmax once and adds the tile's p * v.
+// together, then the warp updates the softmax once and adds the tile's p * v.
 constexpr int kTile = 8;
 constexpr int kLanesPerKey = kWarp / kTile;
 
 // The keys are cut into tiles. A split gets at least kWarps tiles (one per warp) before the next split
-// gets any, so a short context runs in one block per head group and skips the cluster merge.
+// gets any, so a short context runs in one block per head and skips the cluster merge.
 struct KeyShare {
     int64_t tiles, per_split;
     int active;  // splits with keys (at least 1)
@@ -60,28 +63,18 @@ struct KeyShare {
           active(int(lmax(int64_t(1), (tiles + per_split - 1) / per_split))) {}
 };
 
-// Online-softmax state of one warp for G heads: the running max m (the same in every lane), this lane's
-// share of the running sum l, and the lane's elements lane + 32 e of the unnormalized output.
+// Online-softmax state of one warp: the running max m (the same in every lane), this lane's share of
+// the running sum l, and the lane's elements lane + 32 e of the unnormalized output.
 template <int kE>
 struct WarpState {
-    float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kE];
-    __device__ WarpState() {
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-            m[g] = -INFINITY;
-            l[g] = 0.0f;
-#pragma unroll
-            for (int e = 0; e < kE; ++e) acc[g][e] = 0.0f;
-        }
-    }
+    float m = -INFINITY, l = 0.0f, acc[kE] = {};
 };
 
-// s[g] = (q_g * scale) . k for the G heads and the lane's key: the key's kLanesPerKey lanes take
-// interleaved 16-byte words of the row (kC = 2 kE words each at most), all loaded before any is used; q
-// comes from shared memory (sq: [G][hd]). Each lane's part is a chain of hd / 16 FMA groups, then two
-// shuffles join the key's lanes.
+// (q * scale) . k for the lane's key: the key's kLanesPerKey lanes take interleaved 16-byte words of the
+// row (kC = 2 kE words each at most), all loaded before any is used; q comes from shared memory. Each
+// lane's part is a chain of hd / 16 FMA groups, then two shuffles join the key's lanes.
 template <int kE>
-__device__ void score_key(const float* kr, const float* sq, int64_t hd, int G, float (&s)[kMaxGroup]) {
+__device__ float score_key(const float* kr, const float* sq, int64_t hd) {
     constexpr int kC = 2 * kE;
     const int part = threadIdx.x % kLanesPerKey;
     float4 k[kC];
@@ -90,34 +83,30 @@ __device__ void score_key(const float* kr, const float* sq, int64_t hd, int G, f
         const int64_t d = (c * kLanesPerKey + part) * 4;
         k[c] = d < hd ? __ldg(reinterpret_cast<const float4*>(kr + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int c = 0; c < kC; ++c) {
-            const int64_t d = (c * kLanesPerKey + part) * 4;
-            if (g >= G || d >= hd) break;
-            const float4 q = reinterpret_cast<const float4*>(sq + g * hd + d)[0];
-            a.x = fmaf(q.x, k[c].x, a.x), a.y = fmaf(q.y, k[c].y, a.y);
-            a.z = fmaf(q.z, k[c].z, a.z), a.w = fmaf(q.w, k[c].w, a.w);
-        }
-        float v = (a.x + a.y) + (a.z + a.w);
-#pragma unroll
-        for (int o = 1; o < kLanesPerKey; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        s[g] = v;
+    for (int c = 0; c < kC; ++c) {
+        const int64_t d = (c * kLanesPerKey + part) * 4;
+        if (d >= hd) break;
+        const float4 q = reinterpret_cast<const float4*>(sq + d)[0];
+        a.x = fmaf(q.x, k[c].x, a.x), a.y = fmaf(q.y, k[c].y, a.y);
+        a.z = fmaf(q.z, k[c].z, a.z), a.w = fmaf(q.w, k[c].w, a.w);
     }
+    float v = (a.x + a.y) + (a.z + a.w);
+#pragma unroll
+    for (int o = 1; o < kLanesPerKey; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
-// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) for one warp: lanes 4i..4i+3 score key j0 + i for every
-// head; the warp updates each head's max once; then the lanes run along the heads' elements and add
-// p_j * v_j over the tile's keys (the tile's v rows loaded together, p read back from the warp's sp).
+// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) for one warp: lanes 4i..4i+3 score key j0 + i; the warp
+// updates the max once; then the lanes run along the head's elements and add p_j * v_j over the tile's
+// keys (the tile's v rows loaded together, p read back from the warp's sp).
 template <int kE>
-__device__ void walk_tile(const AttnArgs& p, const float* sq, float* sp, int G, int64_t kvh, int64_t j0,
+__device__ void walk_tile(const AttnArgs& p, const float* sq, float* sp, int64_t kvh, int64_t j0,
                           int64_t n_kv, WarpState<kE>& st) {
     const int lane = threadIdx.x % kWarp, key = lane / kLanesPerKey;
     const int64_t hd = p.a.head_dim, j = j0 + key;
-    float s[kMaxGroup];
-    score_key<kE>(p.r.k + lmin(j, n_kv - 1) * p.r.n_embd + kvh * hd, sq, hd, G, s);
+    const float s = score_key<kE>(p.r.k + lmin(j, n_kv - 1) * p.r.n_embd + kvh * hd, sq, hd);
     float vv[kTile][kE];
 #pragma unroll
     for (int i = 0; i < kTile; ++i) {
@@ -125,58 +114,46 @@ __device__ void walk_tile(const AttnArgs& p, const float* sq, float* sp, int G, 
 #pragma unroll
         for (int e = 0; e < kE; ++e) vv[i][e] = lane + kWarp * e < hd ? __ldg(vr + lane + kWarp * e) : 0.0f;
     }
+    const float sg = j < n_kv ? s : -INFINITY;
+    const float m_new = fmaxf(st.m, warp_max(sg)), corr = expf(st.m - m_new);
+    const float pr = expf(sg - m_new);
+    st.l = fmaf(st.l, corr, lane % kLanesPerKey == 0 ? pr : 0.0f);
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) break;
-        const float sg = j < n_kv ? s[g] : -INFINITY;
-        const float m_new = fmaxf(st.m[g], warp_max(sg)), corr = expf(st.m[g] - m_new);
-        const float pr = expf(sg - m_new);
-        st.l[g] = fmaf(st.l[g], corr, lane % kLanesPerKey == 0 ? pr : 0.0f);
-#pragma unroll
-        for (int e = 0; e < kE; ++e) st.acc[g][e] *= corr;
-        st.m[g] = m_new;
-        if (lane % kLanesPerKey == 0) sp[g * kTile + key] = pr;
-    }
+    for (int e = 0; e < kE; ++e) st.acc[e] *= corr;
+    st.m = m_new;
+    if (lane % kLanesPerKey == 0) sp[key] = pr;
     __syncwarp();
+    const float4 p0 = reinterpret_cast<const float4*>(sp)[0], p1 = reinterpret_cast<const float4*>(sp)[1];
+    const float pk[kTile] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) break;
-        const float4 p0 = reinterpret_cast<const float4*>(sp + g * kTile)[0];
-        const float4 p1 = reinterpret_cast<const float4*>(sp + g * kTile)[1];
-        const float pg[kTile] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+    for (int i = 0; i < kTile; ++i)
 #pragma unroll
-        for (int i = 0; i < kTile; ++i)
-#pragma unroll
-            for (int e = 0; e < kE; ++e) st.acc[g][e] = fmaf(pg[i], vv[i][e], st.acc[g][e]);
-    }
+        for (int e = 0; e < kE; ++e) st.acc[e] = fmaf(pk[i], vv[i][e], st.acc[e]);
     __syncwarp();  // sp is rewritten by the next tile
 }
 
-// A split's softmax state for its heads, kept in shared memory for the other blocks of its cluster: max
-// and sum here, the unnormalized acc rows after the warps' in the dynamic shared memory.
+// A split's softmax state, kept in shared memory for the other blocks of its cluster: max and sum here,
+// the unnormalized acc row after the warps' in the dynamic shared memory.
 struct SplitState {
-    float m[kMaxGroup], l[kMaxGroup];
+    float m, l;
 };
 
-// Thread-block cluster of the splits: block r writes heads r, r + splits, ... of the output, merging the
+// Thread-block cluster of the splits: block r writes the head's elements r, r + splits, ..., merging the
 // states of every split (read through distributed shared memory) in split order, as one kernel.
-__device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc, int G, int64_t h0,
-                             int64_t t) {
+__device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc, int64_t h, int64_t t) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every split's state is written
     const int64_t hd = p.a.head_dim;
-    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) {
-        const int g = int(k / hd);
-        const int64_t d = k % hd;
-        if (g % p.splits != int(cluster.block_rank())) continue;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        if (d % p.splits != int64_t(cluster.block_rank())) continue;
         float ms[kMaxSplits], ls[kMaxSplits], as[kMaxSplits];  // every split's state, loaded together
 #pragma unroll
         for (int sp = 0; sp < kMaxSplits; ++sp) {
             if (sp >= p.splits) break;
             const SplitState* o = cluster.map_shared_rank(&mine, sp);
-            ms[sp] = o->m[g], ls[sp] = o->l[g], as[sp] = cluster.map_shared_rank(my_acc, sp)[g * hd + d];
+            ms[sp] = o->m, ls[sp] = o->l, as[sp] = cluster.map_shared_rank(my_acc, sp)[d];
         }
         float m = -INFINITY, l = 0.0f, acc = 0.0f;
 #pragma unroll
@@ -189,7 +166,7 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
             l += ls[sp] * f;
             acc += as[sp] * f;
         }
-        p.out[(t * p.a.n_head + h0 + g) * hd + d] = l > 0.0f ? acc / l : 0.0f;
+        p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
     }
     cluster.sync();  // no block leaves while another still reads its state
 #endif
@@ -208,22 +185,52 @@ __device__ void prefetch_keys(const KvRegion& r, int64_t off, int64_t hd, int64_
     }
 }
 
-// One block: up to kMaxGroup heads of one KV head, one query row, one split of the keys (KeyShare); its
-// warps take the split's tiles in turn, then merge their states in shared memory. The block's K and V
-// rows are fetched into L2 before it waits for the previous kernel.
+// The warps' states merged in shared memory: the output itself when this split holds every key, else
+// the split's state for merge_splits (sh_acc's row kWarps).
+template <int kE>
+__device__ void merge_warps(const AttnArgs& p, const WarpState<kE>& st, float (&sh_m)[kWarps],
+                            float (&sh_l)[kWarps], float* sh_acc, SplitState& split, int64_t h, int64_t t,
+                            int active) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t hd = p.a.head_dim;
+    const float l = warp_sum(st.l);
+    if (lane == 0) sh_m[warp] = st.m, sh_l[warp] = l;
+#pragma unroll
+    for (int e = 0; e < kE; ++e)
+        if (lane + kWarp * e < hd) sh_acc[warp * hd + lane + kWarp * e] = st.acc[e];
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float m = -INFINITY, sum = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[w]);
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float f = sh_l[w] == 0.0f ? 0.0f : expf(sh_m[w] - m);
+            sum += sh_l[w] * f;
+            acc += sh_acc[w * hd + d] * f;
+        }
+        if (active == 1) {
+            p.out[(t * p.a.n_head + h) * hd + d] = sum > 0.0f ? acc / sum : 0.0f;
+            continue;
+        }
+        if (d == 0) split.m = m, split.l = sum;
+        sh_acc[kWarps * hd + d] = acc;
+    }
+}
+
+// One block: one query head, one query row, one split of the keys (KeyShare); its warps take the split's
+// tiles in turn, then merge their states in shared memory. The block's K and V rows are fetched into L2
+// before it waits for the previous kernel.
 template <int kE>
 __global__ void attention_kernel(AttnArgs p) {
     release_next();
-    __shared__ float sh_m[kWarps][kMaxGroup], sh_l[kWarps][kMaxGroup];
-    // Each warp's probabilities of its current tile, read back as float4.
-    __shared__ __align__(16) float sh_p[kWarps][kMaxGroup * kTile];
+    __shared__ float sh_m[kWarps], sh_l[kWarps];
+    __shared__ __align__(16) float sh_p[kWarps][kTile];  // each warp's tile probabilities, read as float4
     __shared__ SplitState split;
-    extern __shared__ float sh_acc[];  // [kWarps + 1][kMaxGroup][hd]: the warps', the split's; then q
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    const int64_t hd = p.a.head_dim, group = p.a.n_head / p.a.n_head_kv, t = blockIdx.y;
-    const int64_t kvh = blockIdx.x / p.groups_per_kv,
-                  h0 = kvh * group + (blockIdx.x % p.groups_per_kv) * kMaxGroup;
-    const int G = int(lmin(int64_t(kMaxGroup), kvh * group + group - h0));
+    extern __shared__ float sh_acc[];  // [kWarps + 1][hd]: the warps', the split's; then q [hd]
+    const int warp = threadIdx.x / kWarp;
+    const int64_t hd = p.a.head_dim, h = blockIdx.x, t = blockIdx.y;
+    const int64_t kvh = h / (p.a.n_head / p.a.n_head_kv);
     const int64_t n_kv = lmin(int64_t(p.pos[t]) + 1, p.r.n_ctx);
     const KeyShare share(n_kv, p.splits);
     if (share.active == 1 && blockIdx.z > 0) return;  // split 0 holds every key: no merge
@@ -231,44 +238,15 @@ __global__ void attention_kernel(AttnArgs p) {
     prefetch_keys(p.r, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
     wait_for_inputs();
 
-    float* sq = sh_acc + (kWarps + 1) * kMaxGroup * hd;  // [G][hd] q * scale
-    const float* qt = p.q + t * p.a.q_stride + h0 * hd;
-    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) sq[k] = qt[k] * p.a.scale;
+    float* sq = sh_acc + (kWarps + 1) * hd;  // q * scale
+    const float* qt = p.q + t * p.a.q_stride + h * hd;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = qt[d] * p.a.scale;
     __syncthreads();
     WarpState<kE> st;
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
-        walk_tile<kE>(p, sq, sh_p[warp], G, kvh, tile * kTile, n_kv, st);
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) break;
-        const float l = warp_sum(st.l[g]);
-        if (lane == 0) sh_m[warp][g] = st.m[g], sh_l[warp][g] = l;
-#pragma unroll
-        for (int e = 0; e < kE; ++e)
-            if (lane + kWarp * e < hd) sh_acc[(warp * kMaxGroup + g) * hd + lane + kWarp * e] = st.acc[g][e];
-    }
-    __syncthreads();
-    for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) {
-        const int g = int(k / hd);
-        const int64_t d = k % hd;
-        float m = -INFINITY, l = 0.0f, acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[w][g]);
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float f = sh_l[w][g] == 0.0f ? 0.0f : expf(sh_m[w][g] - m);
-            l += sh_l[w][g] * f;
-            acc += sh_acc[(w * kMaxGroup + g) * hd + d] * f;
-        }
-        const int64_t h = h0 + g;
-        if (share.active == 1) {
-            p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
-            continue;
-        }
-        if (d == 0) split.m[g] = m, split.l[g] = l;
-        sh_acc[(kWarps * kMaxGroup + g) * hd + d] = acc;
-    }
-    if (share.active > 1) merge_splits(p, split, sh_acc + kWarps * kMaxGroup * hd, G, h0, t);
+        walk_tile<kE>(p, sq, sh_p[warp], kvh, tile * kTile, n_kv, st);
+    merge_warps<kE>(p, st, sh_m, sh_l, sh_acc, split, h, t, share.active);
+    if (share.active > 1) merge_splits(p, split, sh_acc + kWarps * hd, h, t);
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
@@ -298,21 +276,38 @@ struct EpilogueArgs {
     KvRegion r;
 };
 
-// RoPE of element d of a head at position p: its partner element and the rotation's cosine and sine
-// (rope_cos_sin). Elements past n_rot keep their value (c = 1, s = 0).
+// RoPE of element d of a head at position p: its partner element and the rotation's cosine and sine,
+// from the table when it covers p, else evaluated (rope_cos_sin). Elements past n_rot keep their value
+// (c = 1, s = 0).
 struct RopeTerm {
     int64_t partner;
     float c, s;
 };
-__device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r) {
+__device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r, const RopeTable& t) {
     const int64_t half = r.n_rot / 2;
     if (d >= r.n_rot) return {d, 1.0f, 0.0f};
     const int64_t i = r.neox ? d % half : d / 2;
     const bool first = r.neox ? d < half : d % 2 == 0;
     const int64_t partner = r.neox ? (first ? d + half : d - half) : (first ? d + 1 : d - 1);
     float c, s;
-    rope_cos_sin(p, i, r.n_rot, r.freq_base, c, s);
+    if (t.cs && p < t.n_pos) {
+        const float2 cs = reinterpret_cast<const float2*>(t.cs)[p * half + i];
+        c = cs.x, s = cs.y;
+    } else {
+        rope_cos_sin(p, i, r.n_rot, r.freq_base, c, s);
+    }
     return {partner, c, first ? -s : s};
+}
+
+__global__ void rope_table_kernel(RopeShape r, int64_t n_pos, float2* cs) {
+    begin_kernel();
+    const int64_t half = r.n_rot / 2;
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n_pos * half;
+         k += int64_t(gridDim.x) * blockDim.x) {
+        float c, s;
+        rope_cos_sin(int32_t(k / half), k % half, r.n_rot, r.freq_base, c, s);
+        cs[k] = make_float2(c, s);
+    }
 }
 
 // Block b < n_head: Q head b; then the K heads; then the V heads. One thread per element. The bias, the
@@ -331,7 +326,7 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
     const float* bias = kind == 0 ? e.bq : kind == 1 ? e.bk : e.bv;
     const float* norm = kind == 0 ? e.q_norm : kind == 1 ? e.k_norm : nullptr;
     const float b_d = d < hd && bias ? bias[h * hd + d] : 0.0f, w_d = d < hd && norm ? norm[d] : 0.0f;
-    const RopeTerm rt = rope_term(d, int32_t(pos), e.rope);
+    const RopeTerm rt = rope_term(d, int32_t(pos), e.rope, e.table);
     wait_for_inputs();
     float x = d < hd ? src[h * hd + d] + b_d : 0.0f;
     if (norm) {
@@ -370,9 +365,8 @@ __global__ void expand_kv_kernel(KvRegion r, int64_t n_head, int64_t group, int6
 
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
     if (nt > 1 || !block_clusters()) return 1;  // prefill has nt * n_head blocks already
-    const int64_t blocks = a.n_head_kv * ((a.n_head / a.n_head_kv + kMaxGroup - 1) / kMaxGroup);
     return int(
-        std::clamp<int64_t>(264 / std::max<int64_t>(blocks, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
+        std::clamp<int64_t>(264 / std::max<int64_t>(a.n_head, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
 }
 
 void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
@@ -380,24 +374,14 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
     if (nt <= 0) return;
     if (a.head_dim > 256 || a.head_dim % 4 != 0 || a.n_head % a.n_head_kv != 0)
         throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
-    const int64_t group = a.n_head / a.n_head_kv;
-    const AttnArgs p{
-        q, r, pos, out, a, int((group + kMaxGroup - 1) / kMaxGroup), attention_splits(a, nt, r.n_ctx)};
-    const dim3 grid(unsigned(a.n_head_kv * p.groups_per_kv), unsigned(nt), unsigned(p.splits));
-    const size_t shmem = size_t((kWarps + 2) * kMaxGroup * a.head_dim) * sizeof(float);
+    const AttnArgs p{q, r, pos, out, a, attention_splits(a, nt, r.n_ctx)};
+    const dim3 grid(unsigned(a.n_head), unsigned(nt), unsigned(p.splits));
+    const size_t shmem = size_t((kWarps + 2) * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
     auto* kernel = e == 1   ? attention_kernel<1>
                    : e == 2 ? attention_kernel<2>
                    : e <= 4 ? attention_kernel<4>
                             : attention_kernel<8>;
-    static const bool wide_smem = [] {  // head_dim 256 takes 80 KB, over the default 48 KB
-        constexpr int kMaxBytes = (kWarps + 2) * kMaxGroup * 256 * int(sizeof(float));
-        for (auto* k : {attention_kernel<1>, attention_kernel<2>, attention_kernel<4>, attention_kernel<8>})
-            MINFER_CUDA_CHECK(
-                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxBytes));
-        return true;
-    }();
-    static_cast<void>(wide_smem);
     launch_clustered("attention kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kWarps * kWarp, shmem,
                      s, p);
 }
@@ -415,6 +399,13 @@ void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t gr
     if (n_kv <= 0) return;
     launch("expand_kv kernel", expand_kv_kernel, unsigned(n_kv), 256, 0, s, r, n_head, group, head_dim, k_out,
            v_out);
+}
+
+void rope_table(const RopeShape& r, int64_t n_pos, float* cs, Stream s) {
+    const int64_t n = n_pos * (r.n_rot / 2);
+    if (n <= 0) return;
+    launch("rope_table kernel", rope_table_kernel, unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0,
+           s, r, n_pos, reinterpret_cast<float2*>(cs));
 }
 
 void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,

@@ -64,6 +64,15 @@ void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_hea
 void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,
                      float* k_out, float* v_out, Stream s);
 
+// RoPE's cos and sin for positions [0, n_pos): cs[(p * n_rot / 2 + i) * 2 + {0, 1}] for pair i, as
+// rope_cos_sin computes them (in double), filled once by rope_table. qkv_epilogue reads it instead of
+// evaluating the angles (null cs, or a position past n_pos: it evaluates them).
+struct RopeTable {
+    const float* cs = nullptr;
+    int64_t n_pos = 0;
+};
+void rope_table(const RopeShape& r, int64_t n_pos, float* cs, Stream s);
+
 // The QKV fusions' epilogue for nt rows: biases (nullable), optional per-head RMSNorm of Q and K
 // (Qwen3), RoPE on Q and K, Q to q_out ([nt][n_head * head_dim]), K and V into the region at pos[t].
 struct QkvEpilogue {
@@ -73,6 +82,7 @@ struct QkvEpilogue {
     const float *q_norm, *k_norm;  // [head_dim] or null
     float eps;
     int64_t q_stride, k_stride, v_stride;  // floats between token rows of the three inputs
+    RopeTable table;
 };
 void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
                   const QkvEpilogue& e, float* q_out, const KvRegion& r, Stream s);
