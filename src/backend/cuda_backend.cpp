@@ -230,10 +230,14 @@ void CudaBackend::Impl::upload_vector(const WeightRef& w) {
 
 void CudaBackend::Impl::upload_all(const Model& m) {
     for (const LayerWeights& l : m.layers) {
-        if (l.wq.type == l.wk.type && l.wk.type == l.wv.type)
+        if (l.wq.type == l.wk.type && l.wk.type == l.wv.type) {
             upload_matrices({&l.wq, &l.wk, &l.wv});
-        else
+        } else if (l.wq.type == l.wk.type) {  // V of another type: its own product in FusedQKV
+            upload_matrices({&l.wq, &l.wk});
+            upload_matrices({&l.wv});
+        } else {
             for (const WeightRef* w : {&l.wq, &l.wk, &l.wv}) upload_matrices({w});
+        }
         for (const WeightRef* w : {&l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) upload_matrices({w});
         for (const WeightRef* w : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.ffn_norm})
             upload_vector(*w);
@@ -422,10 +426,17 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
     } else {
         const auto it = qkv.find(m.q.weight.name);
         if (it == qkv.end()) throw Error("CUDA backend: no concatenated QKV weight for " + m.q.weight.name);
+        const QMatrix& cat = it->second;  // [nq + nkv (+ nkv)] rows: Q, K (and V when of the same type)
         float* rows = fused.as<float>();
-        cuda::matvec(it->second, q, nt, rows, nullptr, nullptr, stream);
-        q = rows, k = rows + nq, v = rows + nq + nkv;
-        e.q_stride = e.k_stride = e.v_stride = nq + 2 * nkv;
+        cuda::matvec(cat, q, nt, rows, nullptr, nullptr, stream);
+        e.q_stride = e.k_stride = e.v_stride = cat.n_out;
+        k = rows + nq, v = rows + nq + nkv;
+        if (cat.n_out == nq + nkv) {  // V runs alone, after the concat rows
+            float* v_rows = rows + nt * cat.n_out;
+            cuda::matvec(mat(m.v.weight), q, nt, v_rows, nullptr, nullptr, stream);
+            v = v_rows, e.v_stride = nkv;
+        }
+        q = rows;
     }
     cuda::qkv_epilogue(q, k, v, ids(n.src.back()), nt, e, dev(n.id), region(kv_layer(n.op)), stream);
 }

@@ -63,11 +63,11 @@ struct SwiGLU {  // silu(src0) * src1: what the fusion pass turns Mul(Silu(a), b
     bool operator==(const SwiGLU&) const = default;
 };
 // Decode fusions (chosen at build time, gated by GraphParams): one node instead of a chain.
-struct FusedQKV {  // concat QKV matmul + biases + RoPE(Q, K) + K/V store; output is Q
+struct FusedQKV {  // concat QK(V) matmul + biases + RoPE(Q, K) + K/V store; output is Q
     int layer;
     bool operator==(const FusedQKV&) const = default;
 };
-struct QkvBiasRopeStore {  // src: [q, k, v, positions]; epilogue only, for mixed-type Q/K/V
+struct QkvBiasRopeStore {  // src: [q, k, v, positions]; epilogue only, for Q and K of different types
     int layer;
     bool operator==(const QkvBiasRopeStore&) const = default;
 };

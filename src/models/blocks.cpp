@@ -57,13 +57,15 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
                       const GraphParams& p, QkNormKind qk_norm) {
     const Hparams& hp = m.hp;
     const LayerWeights& l = m.layers[size_t(il)];
-    const bool same_types = l.wq.type == l.wk.type && l.wk.type == l.wv.type;
+    // The concat fusions need Q and K of one type; V may differ (llama-quantize's _M mixes give some
+    // layers' attn_v more bits), and then runs as its own product inside the node.
+    const bool qk_same = l.wq.type == l.wk.type;
     NodeId q;
-    if (decode_fusion(p, p.cparams.fuse_qkv) && same_types && qk_norm == QkNormKind::PerHead) {
+    if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same && qk_norm == QkNormKind::PerHead) {
         q = b.fused_qkv_norm(il, x, in.positions, fused_qkv_meta(m, l, p));
-    } else if (decode_fusion(p, p.cparams.fuse_qkv) && same_types) {
+    } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same) {
         q = b.fused_qkv(il, x, in.positions, fused_qkv_meta(m, l, p));
-    } else if (decode_fusion(p, p.cparams.fuse_qkv) && !same_types && qk_norm == QkNormKind::None) {
+    } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ TempDir& scratch() {
     return dir;
 }
 
-std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_ff = 512) {
+// more_bits: llama-quantize's _M mix, these matrices (attn_v and ffn_down of both layers) in that type.
+std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_ff = 512,
+                             std::optional<GgmlType> more_bits = std::nullopt) {
     TempDir& dir = scratch();
     static int count = 0;
     SynthSpec s;
@@ -44,6 +47,7 @@ std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_f
     s.n_layer = 2;
     s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = n_ff, s.n_vocab = 512;
     s.type = type;
+    s.more_bits_type = more_bits;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
     return Model::load(path);
@@ -154,12 +158,15 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,
                              return std::string(info.param.arch) + "_" + ggml_type_name(info.param.type);
                          });
 
-// The decode fusions (FusedQKV / FusedQkvNorm, FusedFFN) compute what the unfused chain does.
+// The decode fusions (FusedQKV / FusedQkvNorm, FusedFFN) compute what the unfused chain does, V of its
+// own type (an _M mix) included.
 TEST(CudaSession, FusedAndUnfusedDecodeAgree) {
     MINFER_REQUIRE_GPU();
-    for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+    for (const char* arch : {"qwen2", "qwen3", "llama", "qwen2-mix"}) {
         SCOPED_TRACE(arch);
-        const auto m = synth(arch, GgmlType::Q8_0);
+        const bool mix = std::string(arch) == "qwen2-mix";  // V in Q6_K: its own product in FusedQKV
+        const auto m =
+            mix ? synth("qwen2", GgmlType::Q8_0, 512, GgmlType::Q6_K) : synth(arch, GgmlType::Q8_0);
         const std::vector<int32_t> ids = prompt(7, m->hp.n_vocab);
         std::vector<float> lf, lu;
         Session fused(*m, {128, 2, BackendKind::Cuda});

@@ -264,12 +264,18 @@ TEST(Fused, fused_qkv_matches_unfused_decode) {
         expect_fused_matches_unfused(*synth("qwen3", 2), "FusedQkvNorm");
     }
     {
-        // The declared type of V differs, which selects the epilogue-only class; the CPU backend reads
+        // The declared type of K differs, which selects the epilogue-only class; the CPU backend reads
         // the real (F32) tensor, so the numbers stay comparable.
-        SCOPED_TRACE("qwen2, mixed types: QkvBiasRopeStore");
+        SCOPED_TRACE("qwen2, Q and K of different types: QkvBiasRopeStore");
+        const auto m = synth("qwen2", 2);
+        for (LayerWeights& l : m->layers) l.wk.type = GgmlType::Q8_0;
+        expect_fused_matches_unfused(*m, "QkvBiasRopeStore");
+    }
+    {
+        SCOPED_TRACE("qwen2, V of another type: FusedQKV");
         const auto m = synth("qwen2", 2);
         for (LayerWeights& l : m->layers) l.wv.type = GgmlType::Q8_0;
-        expect_fused_matches_unfused(*m, "QkvBiasRopeStore");
+        expect_fused_matches_unfused(*m, "FusedQKV");
     }
 }
 
