@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Where a decode step's time goes on the GPU as it really runs (kernels overlapped by programmatic
+# dependent launch, replayed from a CUDA graph): records every kernel's start and end with CUPTI
+# (libminfer_cuda_timeline.so, built with -DMINFER_BENCH=ON where CUPTI is found) during `minfer bench`,
+# then splits the timeline into steps at the logits' device-to-host copies and prints, per kernel and
+# launch shape, its share of the critical path: the time from the previous kernel's end to its own end.
+# Also the step's wall time (copy end to copy end) against its kernel span: the difference is the host,
+# the launch and the copies. CUPTI slows the host side, so the wall time here exceeds `minfer bench`'s.
+# Usage: bench/cuda-timeline.sh MODEL.gguf [N (tokens, default 64)]
+# Env: BIN (folder holding minfer and the library, default build), TOP (rows shown, default 16).
+set -euo pipefail
+BIN=${BIN:-build} TOP=${TOP:-16}
+model=$1
+n=${2:-64}
+csv=$(mktemp)
+trap 'rm -f "$csv"' EXIT
+MINFER_TIMELINE="$csv" LD_PRELOAD="$BIN/libminfer_cuda_timeline.so" \
+  "$BIN/minfer" bench -m "$model" --device cuda -p 0 -n "$n" -r 1 >/dev/null
+python3 - "$csv" "$TOP" <<'PY'
+import collections, statistics, sys
+path, top = sys.argv[1], int(sys.argv[2])
+rows = []
+for line in open(path):
+    kind, start, end, a, b, name = line.rstrip("\n").split(",", 5)
+    rows.append((int(start), int(end), kind, int(a), int(b), name))
+rows.sort()
+ends = [r for r in rows if r[2] == "M" and r[4] == 2 and r[3] > 4096]  # logits, device to host
+steps = []
+for prev, cur in zip(ends, ends[1:]):
+    ks = [r for r in rows if r[2] == "K" and r[0] > prev[1] and r[1] <= cur[0]]
+    if ks:
+        steps.append((prev, cur, ks))
+steps = steps[len(steps) // 2:]  # the timed repetition's steps, graphs replayed
+if not steps:
+    sys.exit("no decode steps found in the timeline")
+us = lambda ns: ns / 1e3
+wall = statistics.median(us(c[1] - p[1]) for p, c, _ in steps)
+span = statistics.median(us(ks[-1][1] - ks[0][0]) for _, _, ks in steps)
+print(f"{len(steps)} steps, {len(steps[0][2])} kernels each; median per step: wall {wall:.1f} us, "
+      f"kernel span {span:.1f} us")
+share, calls = collections.defaultdict(float), collections.Counter()
+for _, _, ks in steps:
+    last = ks[0][0]
+    for k in ks:
+        key = (k[5][:90], k[3] * max(k[4], 1))
+        share[key] += us(k[1] - last)
+        calls[key] += 1
+        last = k[1]
+print("| us per step | share | calls per step | us per call | kernel | blocks |")
+print("| ---: | ---: | ---: | ---: | --- | ---: |")
+for key, t in sorted(share.items(), key=lambda kv: -kv[1])[:top]:
+    per = t / len(steps)
+    print(f"| {per:.1f} | {100 * per / span:.1f}% | {calls[key] / len(steps):g} | {t / calls[key]:.2f} "
+          f"| {key[0]} | {key[1]} |")
+PY
