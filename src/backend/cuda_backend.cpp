@@ -418,7 +418,7 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         nq,
         nkv,
         nkv,
-        rope_tab};
+        rope_key == std::pair<int64_t, float>{m.rope.n_rot, m.rope.freq_base} ? rope_tab : cuda::RopeTable{}};
     const float *q = dev(n.src[0]), *k = nullptr, *v = nullptr;
     if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // the projections ran as their own nodes
         k = dev(n.src[1]);

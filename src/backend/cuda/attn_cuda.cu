@@ -7,9 +7,8 @@
 //
 // One head per block measured faster than one block per KV head serving its whole group (the previous
 // layout, which read each row once): a warp then ran the group's softmax updates one head after another,
-// and a short context had only n_head_kv blocks on the GPU. Qwen2.5-0.5B Q4_K_M tg128 1,355-1,364 ->
-// 1,482-1,505 tok/s, at depth 3968 747 -> 963; Qwen2.5-1.5B 716 -> 778 (H200; 2 heads per block in
-// between).
+// and a short context had only n_head_kv blocks on the GPU. H200, tg128: Qwen2.5-0.5B Q4_K_M 1,355-1,364
+// -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 -> 794-797 (bench/PERF-NOTES.md).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
