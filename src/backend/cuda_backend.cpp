@@ -165,6 +165,10 @@ struct CudaBackend::Impl {
     void reserve_kv(const ComputeGraph& g);
     void reserve_scratch(const ComputeGraph& g);
     void reserve_rope_table(const ComputeGraph& g);
+    // The RoPE table if it was filled for these rotary parameters, else none (the angles are evaluated).
+    cuda::RopeTable rope_table_for(const meta::Rope& r) const {
+        return rope_key == std::pair{r.n_rot, r.freq_base} ? rope_tab : cuda::RopeTable{};
+    }
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
@@ -296,7 +300,7 @@ void CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
     for (const CNode& n : g.nodes) {
         const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
         if (!f) continue;
-        const std::pair<int64_t, float> key{f->rope.n_rot, f->rope.freq_base};
+        const std::pair key{f->rope.n_rot, f->rope.freq_base};
         if (rope_tab.cs && key == rope_key && rope_tab.n_pos >= f->kv.n_ctx) return;
         rope_cs.reserve(size_t(f->kv.n_ctx * f->rope.n_rot) * sizeof(float));
         cuda::rope_table({0, f->rope.head_dim, f->rope.n_rot, f->rope.freq_base, false}, f->kv.n_ctx,
@@ -418,7 +422,7 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         nq,
         nkv,
         nkv,
-        rope_key == std::pair<int64_t, float>{m.rope.n_rot, m.rope.freq_base} ? rope_tab : cuda::RopeTable{}};
+        rope_table_for(m.rope)};
     const float *q = dev(n.src[0]), *k = nullptr, *v = nullptr;
     if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // the projections ran as their own nodes
         k = dev(n.src[1]);
