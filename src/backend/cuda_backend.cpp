@@ -435,7 +435,7 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         cuda::matvec(cat, q, nt, rows, nullptr, nullptr, stream);
         e.q_stride = e.k_stride = e.v_stride = cat.n_out;
         k = rows + nq, v = rows + nq + nkv;
-        if (cat.n_out == nq + nkv) {  // V runs alone, after the concat rows
+        if (m.v.weight.type != m.q.weight.type) {  // uploaded apart (upload_all): V runs after the concat
             float* v_rows = rows + nt * cat.n_out;
             cuda::matvec(mat(m.v.weight), q, nt, v_rows, nullptr, nullptr, stream);
             v = v_rows, e.v_stride = nkv;
