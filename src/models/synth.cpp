@@ -1,7 +1,10 @@
 #include "models/synth.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/quants.h"
@@ -26,11 +29,7 @@ class SynthWriter {
         if (!fits(type, n_in))
             throw Error(std::string("synth: cannot write ") + ggml_type_name(type) + " rows of " +
                         std::to_string(n_in));
-        const QuantTraits* q = quant_traits(type);
-        std::vector<float> v = values(n_in * n_out, 1.0 / std::sqrt(double(n_in)), 0.0);
-        std::vector<uint8_t> bytes(quant_row_bytes(*q, n_in) * size_t(n_out));
-        q->from_float_ref(v.data(), bytes.data(), n_in * n_out);
-        w_.add_tensor(name, type, {n_in, n_out}, std::move(bytes));
+        w_.add_tensor(name, type, {n_in, n_out}, quantized_rows(*quant_traits(type), n_in, n_out));
     }
     void vector(const std::string& name, int64_t n, double mean, double sd) {
         std::vector<float> v = values(n, sd, mean);
@@ -48,6 +47,34 @@ class SynthWriter {
         std::vector<float> v(static_cast<size_t>(n));
         for (float& x : v) x = dist(rng_);
         return v;
+    }
+    // n_out rows of N(0, 1/n_in) values quantized, drawn in chunks of kChunkRows rows on every core.
+    // Chunk c draws from its own generator, seeded by the matrix's draw from rng_ and c, so the bytes do
+    // not depend on the number of threads.
+    std::vector<uint8_t> quantized_rows(const QuantTraits& q, int64_t n_in, int64_t n_out) {
+        constexpr int64_t kChunkRows = 64;
+        const size_t row_bytes = quant_row_bytes(q, n_in);
+        std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
+        const uint64_t seed = rng_();
+        const auto sd = float(1.0 / std::sqrt(double(n_in)));
+        const int64_t chunks = (n_out + kChunkRows - 1) / kChunkRows;
+        std::atomic<int64_t> next{0};
+        const auto work = [&] {
+            std::vector<float> v;
+            for (int64_t c = next++; c < chunks; c = next++) {
+                const int64_t r0 = c * kChunkRows, rows = std::min(kChunkRows, n_out - r0);
+                std::mt19937_64 rng(seed + uint64_t(c) * 0x9E3779B97F4A7C15ull);
+                std::normal_distribution<float> dist(0.0f, sd);
+                v.resize(size_t(rows * n_in));
+                for (float& x : v) x = dist(rng);
+                q.from_float_ref(v.data(), bytes.data() + size_t(r0) * row_bytes, rows * n_in);
+            }
+        };
+        std::vector<std::thread> helpers(std::max(1u, std::thread::hardware_concurrency()) - 1);
+        for (auto& t : helpers) t = std::thread(work);
+        work();
+        for (auto& t : helpers) t.join();
+        return bytes;
     }
     const SynthSpec& s_;
     std::mt19937_64 rng_;
