@@ -5,7 +5,8 @@
 //
 //   bench_cuda_matvec [iterations] [shape] [type]   (shape and type, e.g. 7b.gate_up Q4_K, select rows)
 //
-// Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels.
+// Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels; Q6_K one in
+// the padded layout, "Q6_K/p".
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,20 +77,27 @@ double copy_bandwidth(cudaStream_t s) {
     return 2.0 * 10 * double(n) / (ms * 1e-3);
 }
 
-// tiled: the matrix as the backend uploads Q4_K (tile_matrix), read by the tensor-core kernels.
-void bench(const Shape& sh, GgmlType t, bool tiled, int iters, double peak, cudaStream_t s,
+enum class Layout { kBlocks, kTiled, kPadded };
+
+// The matrix in the block layout, or as the backend uploads Q4_K (tile_matrix, read by the tensor-core
+// kernels) or Q6_K (pad_matrix). Bandwidth counts the bytes read, padding included.
+void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, cudaStream_t s,
            std::mt19937& rng) {
+    const bool tiled = layout == Layout::kTiled, padded = layout == Layout::kPadded;
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
-    const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(host.size()) * parts;
+    const size_t stored = padded ? size_t(cuda::padded_row_bytes(t, sh.n_in) * sh.n_out) : host.size();
+    const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(stored) * parts;
     const int copies = int(std::max<int64_t>(2, (int64_t(512) << 20) / bytes + 1));
     std::vector<uint8_t*> mats(size_t(copies * parts));
     uint8_t* raw = nullptr;
     check(cudaMalloc(&raw, host.size()));
     check(cudaMemcpy(raw, host.data(), host.size(), cudaMemcpyHostToDevice));
     for (auto& m : mats) {
-        check(cudaMalloc(&m, host.size()));
+        check(cudaMalloc(&m, stored));
         if (tiled)
             cuda::tile_matrix({t, raw, sh.n_in, sh.n_out}, m, s);
+        else if (padded)
+            cuda::pad_matrix({t, raw, sh.n_in, sh.n_out}, m, s);
         else
             check(cudaMemcpy(m, raw, host.size(), cudaMemcpyDeviceToDevice));
     }
@@ -104,9 +112,10 @@ void bench(const Shape& sh, GgmlType t, bool tiled, int iters, double peak, cuda
     check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     const auto call = [&](int i) {
         const int c = i % copies;
-        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled};
+        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded};
         if (sh.swiglu)
-            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled}, x, 1, y, s);
+            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded}, x, 1,
+                                y, s);
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
@@ -120,7 +129,7 @@ void bench(const Shape& sh, GgmlType t, bool tiled, int iters, double peak, cuda
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
-    const std::string name = std::string(quant_traits(t)->name) + (tiled ? "/t" : "");
+    const std::string name = std::string(quant_traits(t)->name) + (tiled ? "/t" : padded ? "/p" : "");
     std::printf("| %-13s | %-6s | %8.2f | %7.0f | %5.2f |\n", sh.name, name.c_str(), us, gbs,
                 gbs * 1e9 / peak);
     for (auto& m : mats) cudaFree(m);
@@ -143,8 +152,9 @@ int main(int argc, char** argv) {
             const bool picked = (only_shape.empty() || only_shape == sh.name) &&
                                 (only_type.empty() || only_type == quant_traits(t)->name);
             if (!picked || sh.n_in % quant_traits(t)->block_size != 0) continue;
-            bench(sh, t, false, iters, peak, s, rng);
-            if (cuda::tiles_fit(t, sh.n_in, sh.n_out)) bench(sh, t, true, iters, peak, s, rng);
+            bench(sh, t, Layout::kBlocks, iters, peak, s, rng);
+            if (cuda::tiles_fit(t, sh.n_in, sh.n_out)) bench(sh, t, Layout::kTiled, iters, peak, s, rng);
+            if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, s, rng);
         }
     return 0;
 }

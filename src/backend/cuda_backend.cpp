@@ -132,6 +132,7 @@ struct CudaBackend::Impl {
         return owned.back()->as<uint8_t>();
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
+    bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
@@ -190,35 +191,41 @@ constexpr int64_t kTiledMinRows = 8192;
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
 // tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads),
-// the concatenation is tiled. Every copy is ordered on `stream`: a plain cudaMemcpy from pageable
-// memory may return before its DMA lands, and the non-blocking stream's tile kernel would then read the
-// staging buffer's previous matrix (CudaVsCpu failed 2 runs in 3 that way).
+// the concatenation is tiled; Q6_K is padded (pad_matrix). Every copy is ordered on `stream`: a plain
+// cudaMemcpy from pageable memory may return before its DMA lands, and the non-blocking stream's tile
+// kernel would then read the staging buffer's previous matrix (CudaVsCpu failed 2 runs in 3 that way).
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
-    size_t total = 0;
+    size_t total = 0, stored = 0;
     int64_t rows = 0;
-    bool tiled = may_tile && tiling;
+    bool tiled = may_tile && tiling, padded = padding;
     for (const WeightRef* w : ws) {
         total += bytes_of(*w);
         rows += w->n_out;
         tiled = tiled && cuda::tiles_fit(w->type, w->n_in, w->n_out);
+        padded = padded && cuda::pads_fit(w->type);
     }
     tiled = tiled && rows >= kTiledMinRows;
-    uint8_t* base = allocate(total);
-    if (tiled) upload_stage.reserve(total);
-    uint8_t* raw = tiled ? upload_stage.as<uint8_t>() : base;
-    size_t off = 0;
+    padded = padded && !tiled;
+    const WeightRef& first = **ws.begin();
+    const auto stored_bytes = [&](const WeightRef& w) {
+        return padded ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : bytes_of(w);
+    };
+    for (const WeightRef* w : ws) stored += stored_bytes(*w);
+    uint8_t* base = allocate(stored);
+    if (tiled || padded) upload_stage.reserve(total);
+    uint8_t* raw = tiled || padded ? upload_stage.as<uint8_t>() : base;
+    size_t off = 0, at = 0;
     for (const WeightRef* w : ws) {
         MINFER_CUDA_CHECK(
             cudaMemcpyAsync(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice, stream));
-        mats[w->name] = QMatrix{w->type, base + off, w->n_in, w->n_out, tiled};
+        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded};
         off += bytes_of(*w);
+        at += stored_bytes(*w);
     }
-    const WeightRef& first = **ws.begin();
-    if (tiled) {
-        cuda::tile_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
-        MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
-    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled};
+    if (tiled) cuda::tile_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
+    if (padded) cuda::pad_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
+    if (tiled || padded) MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded};
 }
 
 void CudaBackend::Impl::upload_vector(const WeightRef& w) {

@@ -120,38 +120,52 @@ void report_worst_ratio(double worst) {
     std::printf("[ budget   ] worst matvec error / budget: %.4f\n", worst);
 }
 
-// A matrix on the device in the block layout, or tiled by tile_matrix.
+// How a matrix is laid out on the device: the GGUF block layout, tiled by tile_matrix (Q4_K), or padded
+// by pad_matrix (Q6_K).
+enum class Layout { kBlocks, kTiled, kPadded };
+
+const char* layout_name(Layout l) {
+    return l == Layout::kTiled ? "tiled " : l == Layout::kPadded ? "padded " : "";
+}
+
+size_t stored_bytes(const HostMatrix& w, Layout l) {
+    if (l == Layout::kPadded) return size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out);
+    return l == Layout::kTiled ? w.bytes.size() : 0;
+}
+
 struct DeviceMatrix {
-    DeviceBuffer<uint8_t> raw, tiled;
+    DeviceBuffer<uint8_t> raw, repacked;
     QMatrix qm;
-    DeviceMatrix(const HostMatrix& w, bool tile)
-        : raw(w.bytes), tiled(tile ? w.bytes.size() : 0), qm{w.type, raw.get(), w.n_in, w.n_out} {
-        if (!tile) return;
+    DeviceMatrix(const HostMatrix& w, Layout l)
+        : raw(w.bytes), repacked(stored_bytes(w, l)), qm{w.type, raw.get(), w.n_in, w.n_out} {
+        if (l == Layout::kBlocks) return;
         TestStream s;
-        cuda::tile_matrix(qm, tiled.get(), s.get());
+        if (l == Layout::kTiled)
+            cuda::tile_matrix(qm, repacked.get(), s.get());
+        else
+            cuda::pad_matrix(qm, repacked.get(), s.get());
         s.sync();
-        qm = {w.type, tiled.get(), w.n_in, w.n_out, true};
+        qm = {w.type, repacked.get(), w.n_in, w.n_out, l == Layout::kTiled, l == Layout::kPadded};
     }
 };
 
-// Runs matvec for every token count and Extra on one matrix (in the block layout or tiled) and checks
-// every output against `ref`; raises `worst` to the largest |error| / budget seen. x is Gaussian times
-// x_scale.
-void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, bool tiled = false,
+// Runs matvec for every token count and Extra on one matrix and checks every output against `ref`;
+// raises `worst` to the largest |error| / budget seen. x is Gaussian times x_scale.
+void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout layout = Layout::kBlocks,
                   float x_scale = 1.0f) {
     std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
     for (float& v : x) v *= x_scale;
     const std::vector<float> bias = gaussian(rng, w.n_out), res = gaussian(rng, kMaxTokens * w.n_out);
     const RefDots ref = reference_dots(w, x, kMaxTokens);
-    const DeviceMatrix dw(w, tiled);
+    const DeviceMatrix dw(w, layout);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
     const QMatrix& qm = dw.qm;
     TestStream s;
     for (int64_t nt : kTokenCounts)
         for (Extra e : kExtras) {
-            const std::string ctx = std::string(traits(w.type).name) + " " + std::to_string(w.n_out) + "x" +
-                                    std::to_string(w.n_in) + " nt=" + std::to_string(nt) +
-                                    " extra=" + std::to_string(int(e));
+            const std::string ctx = layout_name(layout) + std::string(traits(w.type).name) + " " +
+                                    std::to_string(w.n_out) + "x" + std::to_string(w.n_in) +
+                                    " nt=" + std::to_string(nt) + " extra=" + std::to_string(int(e));
             const size_t n = size_t(nt * w.n_out);
             std::vector<float> y0 = sentinel_floats(n + kGuard);
             if (e == Extra::kBiasResInPlace) std::copy(res.begin(), res.begin() + n, y0.begin());
@@ -178,10 +192,11 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, bool ti
 // matvec_swiglu against silu(g) * u of the reference dots g, u. With e_g, e_u the matvec budgets of g and
 // u, |silu'| <= 1.1 and a few ulps for expf, the division and the product:
 // |y - ref| <= 1.1 |u| e_g + |silu(g)| e_u + e_g e_u + 1e-6 |silu(g) u| + 1e-6.
-void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng, bool tiled = false) {
+void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng,
+                  Layout layout = Layout::kBlocks) {
     const std::vector<float> x = gaussian(rng, kMaxTokens * gate.n_in);
     const RefDots g = reference_dots(gate, x, kMaxTokens), u = reference_dots(up, x, kMaxTokens);
-    const DeviceMatrix dg(gate, tiled), du(up, tiled);
+    const DeviceMatrix dg(gate, layout), du(up, layout);
     DeviceBuffer<float> dx(x);
     TestStream s;
     for (int64_t nt : kTokenCounts) {
@@ -190,8 +205,9 @@ void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rn
         cuda::matvec_swiglu(dg.qm, du.qm, dx.get(), nt, dy.get(), s.get());
         s.sync();
         const std::vector<float> y = dy.download();
-        const std::string ctx = std::string(traits(gate.type).name) + " " + std::to_string(gate.n_out) + "x" +
-                                std::to_string(gate.n_in) + " nt=" + std::to_string(nt);
+        const std::string ctx = layout_name(layout) + std::string(traits(gate.type).name) + " " +
+                                std::to_string(gate.n_out) + "x" + std::to_string(gate.n_in) +
+                                " nt=" + std::to_string(nt);
         for (size_t k = 0; k < n; ++k) {
             const double eg = kRelBudget * g.mag[k] + kAbsBudget, eu = kRelBudget * u.mag[k] + kAbsBudget;
             const double silu = g.dot[k] / (1.0 + std::exp(-g.dot[k]));
@@ -263,10 +279,10 @@ TEST_P(CudaQuant, MatvecTallMatrices) {
 }
 
 // dequant_f32 equals to_float_ref bit for bit, dequant_f16 the same rounded to the nearest half.
-void check_dequant(const HostMatrix& w, bool tiled) {
-    const std::string ctx = std::string(tiled ? "tiled " : "") + traits(w.type).name + " " +
+void check_dequant(const HostMatrix& w, Layout layout) {
+    const std::string ctx = layout_name(layout) + std::string(traits(w.type).name) + " " +
                             std::to_string(w.n_out) + "x" + std::to_string(w.n_in);
-    const DeviceMatrix dw(w, tiled);
+    const DeviceMatrix dw(w, layout);
     DeviceBuffer<float> out32(w.values.size());
     DeviceBuffer<uint16_t> out16(w.values.size());
     TestStream s;
@@ -284,7 +300,7 @@ TEST_P(CudaQuant, DequantBitExact) {
     std::mt19937 rng(5 + int(GetParam()));
     for (int64_t n_in : row_lengths(traits(GetParam())))
         for (int64_t n_out : kRowCounts) {
-            check_dequant(random_matrix(GetParam(), n_out, n_in, rng), false);
+            check_dequant(random_matrix(GetParam(), n_out, n_in, rng), Layout::kBlocks);
             if (HasFatalFailure()) return;
         }
 }
@@ -328,10 +344,10 @@ TEST(CudaTiledQ4K, MatvecMatchesReference) {
     double worst = 0.0;
     for (int64_t n_in : kTiledIn)
         for (int64_t n_out : kTiledOut) {
-            check_matvec(quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, worst, true);
+            check_matvec(quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, worst, Layout::kTiled);
             if (HasFatalFailure()) return;
         }
-    check_matvec(random_matrix(GgmlType::Q4_K, 9008, 512, rng), rng, worst, true);
+    check_matvec(random_matrix(GgmlType::Q4_K, 9008, 512, rng), rng, worst, Layout::kTiled);
     report_worst_ratio(worst);
 }
 
@@ -341,7 +357,7 @@ TEST(CudaTiledQ4K, MatvecScaledInputs) {
     std::mt19937 rng(17);
     double worst = 0.0;
     for (float scale : {1e-20f, 1e-4f, 3e4f, 1e12f}) {
-        check_matvec(random_matrix(GgmlType::Q4_K, 64, 1024, rng), rng, worst, true, scale);
+        check_matvec(random_matrix(GgmlType::Q4_K, 64, 1024, rng), rng, worst, Layout::kTiled, scale);
         if (HasFatalFailure()) return;
     }
     report_worst_ratio(worst);
@@ -353,7 +369,7 @@ TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
     for (int64_t n_in : kTiledIn)
         for (int64_t n_out : {int64_t(16), int64_t(4864)}) {
             const HostMatrix gate = quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng);
-            check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, true);
+            check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, Layout::kTiled);
             if (HasFatalFailure()) return;
         }
 }
@@ -363,7 +379,7 @@ TEST(CudaTiledQ4K, DequantBitExact) {
     std::mt19937 rng(8);
     for (int64_t n_in : kTiledIn)
         for (int64_t n_out : kTiledOut) {
-            check_dequant(random_matrix(GgmlType::Q4_K, n_out, n_in, rng), true);
+            check_dequant(random_matrix(GgmlType::Q4_K, n_out, n_in, rng), Layout::kTiled);
             if (HasFatalFailure()) return;
         }
 }
@@ -384,6 +400,70 @@ TEST(CudaTiledQ4K, FitsAndRefusals) {
         cuda::matvec_swiglu(tiled, {GgmlType::Q4_K, buf.get(), 256, 16}, buf.get(), 1, buf.get(), nullptr),
         Error);
     EXPECT_THROW(cuda::matvec(tiled, buf.get(), 9, buf.get(), nullptr, nullptr, nullptr), Error);
+}
+
+// Q6_K padded to 224-byte blocks: the same kernels and budgets as the block layout, on random blocks too.
+TEST(CudaPaddedQ6K, MatvecMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(606);
+    double worst = 0.0;
+    for (int64_t n_in : row_lengths(traits(GgmlType::Q6_K)))
+        for (int64_t n_out : {int64_t(1), int64_t(131), int64_t(9001)}) {
+            check_matvec(quantized_matrix(GgmlType::Q6_K, n_out, n_in, rng), rng, worst, Layout::kPadded);
+            if (HasFatalFailure()) return;
+        }
+    check_matvec(random_matrix(GgmlType::Q6_K, 37, 1024, rng), rng, worst, Layout::kPadded);
+    report_worst_ratio(worst);
+}
+
+TEST(CudaPaddedQ6K, MatvecSwigluMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(607);
+    for (int64_t n_out : {int64_t(1), int64_t(131)}) {
+        const HostMatrix gate = quantized_matrix(GgmlType::Q6_K, n_out, 768, rng);
+        check_swiglu(gate, quantized_matrix(GgmlType::Q6_K, n_out, 768, rng), rng, Layout::kPadded);
+        if (HasFatalFailure()) return;
+    }
+}
+
+TEST(CudaPaddedQ6K, DequantAndGetRowsBitExact) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(608);
+    for (int64_t n_in : row_lengths(traits(GgmlType::Q6_K))) {
+        check_dequant(random_matrix(GgmlType::Q6_K, 7, n_in, rng), Layout::kPadded);
+        if (HasFatalFailure()) return;
+    }
+    const HostMatrix w = random_matrix(GgmlType::Q6_K, 131, 1024, rng);
+    const DeviceMatrix dw(w, Layout::kPadded);
+    const std::vector<int32_t> ids = {130, 0, 77};
+    DeviceBuffer<int32_t> dids(ids);
+    DeviceBuffer<float> out(sentinel_floats(3 * 1024 + kGuard));
+    TestStream s;
+    cuda::get_rows(dw.qm, dids.get(), 3, out.get(), s.get());
+    s.sync();
+    std::vector<float> want;
+    for (int32_t id : ids)
+        want.insert(want.end(), w.values.begin() + id * 1024, w.values.begin() + (id + 1) * 1024);
+    const std::vector<float> got = out.download();
+    expect_bits_equal(got, want, "padded Q6_K get_rows");
+    expect_guard_intact(got, want.size(), "padded Q6_K get_rows");
+}
+
+TEST(CudaPaddedQ6K, FitsAndRefusals) {
+    EXPECT_TRUE(cuda::pads_fit(GgmlType::Q6_K));
+    EXPECT_FALSE(cuda::pads_fit(GgmlType::Q4_K));
+    EXPECT_EQ(cuda::padded_row_bytes(GgmlType::Q6_K, 512), 448);
+    EXPECT_THROW(cuda::padded_row_bytes(GgmlType::Q8_0, 512), Error);
+    MINFER_SKIP_WITHOUT_GPU();
+    DeviceBuffer<float> buf(8192);
+    EXPECT_THROW(cuda::pad_matrix({GgmlType::Q4_K, buf.get(), 256, 16}, buf.get(), nullptr), Error);
+    const QMatrix padded_q8{GgmlType::Q8_0, buf.get(), 256, 16, false, true};
+    EXPECT_THROW(cuda::matvec(padded_q8, buf.get(), 1, buf.get(), nullptr, nullptr, nullptr), Error);
+    const QMatrix padded{GgmlType::Q6_K, buf.get(), 256, 16, false, true};
+    EXPECT_THROW(cuda::pad_matrix(padded, buf.get(), nullptr), Error);
+    EXPECT_THROW(
+        cuda::matvec_swiglu(padded, {GgmlType::Q6_K, buf.get(), 256, 16}, buf.get(), 1, buf.get(), nullptr),
+        Error);
 }
 
 TEST(CudaQuantApi, SupportedTypes) {

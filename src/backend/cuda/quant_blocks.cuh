@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gguf/ggml_type.h"
 #include "util/error.h"
@@ -265,12 +266,14 @@ struct DecK1 {
     }
 };
 
-// Q6_K (210-byte blocks, 2-byte aligned): 8 lanes per super-block; lane k takes ql[16k, 16k + 16), i.e.
+// Q6_K (210-byte blocks, 2-byte aligned; kPadded: each block padded to 224 bytes by pad_matrix, so
+// 16-byte aligned): 8 lanes per super-block; lane k takes ql[16k, 16k + 16), i.e.
 // with h = k / 4, e = (k / 2) % 2, l = 16 (k % 2): group g holds elements 128h + 32 (e + 2 (g / 4)) + l +
 // 4 (g % 4) + i, low nibbles for g < 4 and high nibbles after, whose top bits are bits 2e (2e + 4) of
 // qh[32h + l + ...]; each half is one 16-element sub-block. value = (d * scale) * float(q - 32).
-struct DecQ6K {
-    static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kGroups = 8, kWidth = 4;
+template <bool kPadded>
+struct DecQ6KT {
+    static constexpr int kElems = 256, kBytes = kPadded ? 224 : 210, kLanes = 8, kGroups = 8, kWidth = 4;
     static constexpr int kRuns = 2, kContig = 4;  // runs: the two 16-element sub-blocks
     struct Raw {
         uint32_t ql[4], qh[4], d;
@@ -282,8 +285,15 @@ struct DecQ6K {
     __device__ static Raw load(const uint8_t* b, int sub) {
         const int h = sub / 4, e = (sub / 2) % 2, l = 16 * (sub % 2);
         Raw r;
-        ld_words_a2(b + 16 * sub, r.ql);
-        ld_words_a2(b + 128 + 32 * h + l, r.qh);
+        if constexpr (kPadded) {
+            const uint4 ql = __ldg(reinterpret_cast<const uint4*>(b + 16 * sub));
+            const uint4 qh = __ldg(reinterpret_cast<const uint4*>(b + 128 + 32 * h + l));
+            r.ql[0] = ql.x, r.ql[1] = ql.y, r.ql[2] = ql.z, r.ql[3] = ql.w;
+            r.qh[0] = qh.x, r.qh[1] = qh.y, r.qh[2] = qh.z, r.qh[3] = qh.w;
+        } else {
+            ld_words_a2(b + 16 * sub, r.ql);
+            ld_words_a2(b + 128 + 32 * h + l, r.qh);
+        }
         const auto* scales = reinterpret_cast<const signed char*>(b + 192 + 8 * h + 2 * e + l / 16);
         r.sc[0] = __ldg(scales), r.sc[1] = __ldg(scales + 4);
         r.d = ld16(b + 208);
@@ -311,10 +321,17 @@ struct DecQ6K {
         for (int i = 0; i < 4; ++i) w[i] = s.ds[g / 4] * byte_minus(q, i, 32.0f);
     }
 };
+using DecQ6K = DecQ6KT<false>;
 
-// Calls f(Decoder{}) for type t; dense types pick the 4-wide decoder when n_in % 4 == 0.
+template <class D>
+constexpr bool kIsQ6K = std::is_same_v<D, DecQ6KT<false>> || std::is_same_v<D, DecQ6KT<true>>;
+
+// Calls f(Decoder{}) for type t (padded: Q6_K blocks padded by pad_matrix); dense types pick the 4-wide
+// decoder when n_in % 4 == 0.
 template <class F>
-void with_decoder(GgmlType t, int64_t n_in, F&& f) {
+void with_decoder(GgmlType t, int64_t n_in, bool padded, F&& f) {
+    if (padded && t != GgmlType::Q6_K)
+        throw Error(std::string("CUDA quant kernels: no padded layout for ") + ggml_type_name(t));
     const bool wide = n_in % 4 == 0;
     switch (t) {
         case GgmlType::F32:
@@ -338,7 +355,7 @@ void with_decoder(GgmlType t, int64_t n_in, F&& f) {
         case GgmlType::Q5_K:
             return f(DecK1<GgmlType::Q5_K>{});
         case GgmlType::Q6_K:
-            return f(DecQ6K{});
+            return padded ? f(DecQ6KT<true>{}) : f(DecQ6KT<false>{});
         default:
             throw Error(std::string("CUDA quant kernels: unsupported type ") + ggml_type_name(t));
     }

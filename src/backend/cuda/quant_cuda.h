@@ -1,8 +1,8 @@
 // Quantized weights on the GPU, read in their GGUF block layout or, for Q4_K, in a tiled layout made at
-// upload for the tensor cores (same bytes): matrix-vector products for decode, dequantization to half for
-// the cuBLAS prefill GEMM, and embedding-row gathers. Activations stay f32; weights are dequantized in
-// registers. All calls are asynchronous on `s` and capturable into a CUDA graph (no allocation, no
-// synchronization).
+// upload for the tensor cores (same bytes), or for Q6_K with its blocks padded to 16-byte alignment:
+// matrix-vector products for decode, dequantization to half for the cuBLAS prefill GEMM, and
+// embedding-row gathers. Activations stay f32; weights are dequantized in registers. All calls are
+// asynchronous on `s` and capturable into a CUDA graph (no allocation, no synchronization).
 #pragma once
 #include <cstdint>
 
@@ -22,8 +22,18 @@ struct QMatrix {
     GgmlType type;
     const void* data;  // device
     int64_t n_in, n_out;
-    bool tiled = false;  // rows in tile_matrix's layout instead of the block layout
+    bool tiled = false;   // rows in tile_matrix's layout instead of the block layout
+    bool padded = false;  // Q6_K blocks padded to 16-byte aligned 224 bytes by pad_matrix
 };
+
+// Q6_K's 210-byte blocks are only 2-byte aligned, so its kernels load them 32 bits at a time and join
+// the words with funnel shifts. pad_matrix copies a matrix with each block padded to 224 bytes (6.7% more
+// bytes), which every kernel here then loads 16 bytes at a time. Whether type t has the padded layout:
+bool pads_fit(GgmlType t);
+// Bytes of one padded row of n_in elements of type t (pads_fit).
+int64_t padded_row_bytes(GgmlType t, int64_t n_in);
+// Writes `raw` (block layout, pads_fit) to dst (16-byte aligned) in the padded layout.
+void pad_matrix(const QMatrix& raw, void* dst, Stream s);
 
 // Whether tile_matrix takes this matrix: Q4_K, n_in <= 8192, n_out a multiple of 16. Rows 16k on of a
 // tiled matrix start at the same byte offset as in the block layout, so a tiled concatenation of such

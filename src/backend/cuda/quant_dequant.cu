@@ -117,9 +117,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     copy_out(stage[warp], out + t * n_in + b0 * D::kElems, n, lane);
 }
 
+// Block j of `raw` (kRaw bytes, 2-byte aligned) into bytes [kPad j, kPad j + kRaw) of dst, zeros after:
+// one thread per 16-bit word of dst.
+template <int kRaw, int kPad>
+__global__ void pad_kernel(const uint16_t* raw, int64_t blocks, uint16_t* dst) {
+    begin_kernel();
+    const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (k >= blocks * (kPad / 2)) return;
+    const int64_t j = k / (kPad / 2), h = k % (kPad / 2);
+    dst[k] = h < kRaw / 2 ? raw[j * (kRaw / 2) + h] : uint16_t(0);
+}
+
 template <class Out>
 void run(const QMatrix& w, const int32_t* ids, int64_t n_rows, Out* out, Stream s, const char* what) {
-    with_decoder(w.type, w.n_in, [&](auto d) {
+    with_decoder(w.type, w.n_in, w.padded, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, what);
         check_layout(w.type, w.n_in, out, int(sizeof(Out)), what);
@@ -151,6 +162,28 @@ bool quant_supported(GgmlType t) {
         default:
             return false;
     }
+}
+
+bool pads_fit(GgmlType t) {
+    return t == GgmlType::Q6_K;
+}
+
+int64_t padded_row_bytes(GgmlType t, int64_t n_in) {
+    if (!pads_fit(t)) throw Error(std::string("padded_row_bytes: no padded layout for ") + ggml_type_name(t));
+    return n_in / DecQ6KT<true>::kElems * DecQ6KT<true>::kBytes;
+}
+
+void pad_matrix(const QMatrix& raw, void* dst, Stream s) {
+    if (raw.tiled || raw.padded || !pads_fit(raw.type))
+        throw Error("pad_matrix: not a Q6_K matrix in the block layout");
+    check_layout(raw.type, raw.n_in, raw.data, 2, "pad_matrix");
+    check_layout(raw.type, raw.n_in, dst, 16, "pad_matrix");
+    using Raw = DecQ6KT<false>;
+    using Pad = DecQ6KT<true>;
+    const int64_t blocks = raw.n_in / Raw::kElems * raw.n_out, words = blocks * (Pad::kBytes / 2);
+    if (blocks > 0)
+        launch("pad kernel", pad_kernel<Raw::kBytes, Pad::kBytes>, unsigned((words + 255) / 256), 256, 0, s,
+               static_cast<const uint16_t*>(raw.data), blocks, static_cast<uint16_t*>(dst));
 }
 
 void dequant_f16(const QMatrix& w, void* out, Stream s) {

@@ -337,7 +337,7 @@ __device__ __forceinline__ void run_tile(const MatvecArgs& a, int64_t tile, bool
 // Q4_K 4.8 -> 6.6, 7b.down Q4_K 19.9 -> 22.1, 7b.lm_head Q5_0 162 -> 181). Only with x in shared memory:
 // reading x from global memory, the looping Q6_K kernel lost (7b.down 37.0 vs 33.1 us one tile per block).
 template <class D, bool kShared>
-constexpr bool kLoopTiles = kShared && (std::is_same_v<D, DecQ6K> || std::is_same_v<D, DecQ8_0>);
+constexpr bool kLoopTiles = kShared && (kIsQ6K<D> || std::is_same_v<D, DecQ8_0>);
 
 template <class D, int NT, int R, bool kSwiglu, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
@@ -438,7 +438,7 @@ void check_tokens(int64_t nt, const char* what) {
 template <bool kSwiglu>
 void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float* y, const float* bias,
          const float* res, Stream s) {
-    with_decoder(w.type, w.n_in, [&](auto d) {
+    with_decoder(w.type, w.n_in, w.padded, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, "matvec weights");
         if (kSwiglu) check_layout(w.type, w.n_in, w2, 16, "matvec weights");
@@ -466,7 +466,8 @@ void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float*
 void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64_t nt, float* y, Stream s) {
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out)
         throw Error("CUDA matvec_swiglu: gate and up differ in type or shape");
-    if (gate.tiled != up.tiled) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
+    if (gate.tiled != up.tiled || gate.padded != up.padded)
+        throw Error("CUDA matvec_swiglu: gate and up differ in layout");
     check_tokens(nt, "CUDA matvec_swiglu");
     if (gate.tiled) {
         for (int64_t t = 0; t < nt; ++t)
