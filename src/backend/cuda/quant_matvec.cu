@@ -357,28 +357,50 @@ struct Layout {
 };
 
 // More than two tokens: R = 2 and as many warps as have a step of work each, so that the warps of a
-// thread block walk through x together (x of 8 tokens outgrows the L1 cache). One or two tokens: the
-// most rows per group that still fill the GPU (each x load serves all of them), each row split between
-// up to 8 warps while every warp keeps two steps. A small matrix thus gets one row per group (one
-// token; swiglu needs two) and many short warps, which wait on their first loads together instead of
-// a few warps walking long chains of dependent steps.
-Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu) {
-    const auto fill = [&](int rows) {
+// thread block walk through x together (x of 8 tokens outgrows the L1 cache).
+//
+// One token with x in shared memory and one tile per thread block (`shared_x`): two rows per group (four
+// for swiglu: two of gate, the same two of up), each split between the fewest warps that still give the
+// GPU two thread blocks per SM, while every warp keeps two steps. By measurement against the rule below
+// (bench_cuda_matvec, us, two rounds): 7b.o Q4_K 7.04 -> 5.73, 0.5b.down Q5_0 7.90 -> 4.6, Q4_K 4.65 ->
+// 3.85-4.35, 0.5b.gate_up Q5_0 6.26 -> 4.67, but 7b.qkv 7.80 -> 8.5; tg128 0.5B Q4_K_M 1,613-1,628 ->
+// 1,640-1,649, 7B 372-373 -> 376-378, 1.5B unchanged. The looping kernels (kLoopTiles) lost with it
+// (7b.lm_head Q6_K 152 -> 165 us) and keep the rule below.
+//
+// Otherwise (one or two tokens): the most rows per group that still fill the GPU (each x load serves all
+// of them), each row split between up to 8 warps while every warp keeps two steps. A small matrix thus
+// gets one row per group (one token; swiglu needs two) and many short warps, which wait on their first
+// loads together instead of a few warps walking long chains of dependent steps.
+Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu, bool shared_x) {
+    const auto fill = [&](int rows, int64_t warps) {
         const int out = swiglu ? rows / 2 : rows;  // output rows per group
         const int64_t groups = (n_out + out - 1) / out;
         int split = 1;
-        while (split < kWarps && groups * split < gpu_warps() && steps_per_row >= 2 * split) split *= 2;
-        return std::pair{groups * split >= gpu_warps(), Layout{rows, split}};
+        while (split < kWarps && groups * split < warps && steps_per_row >= 2 * split) split *= 2;
+        return std::pair{groups * split >= warps, Layout{rows, split}};
     };
     if (nt > 2) {
         int split = 1;
         while (split < kWarps && steps_per_row >= 2 * split) split *= 2;
         return {2, split};
     }
+    if (shared_x) return fill(swiglu ? 4 : 2, gpu_warps() / 2).second;
     const int smallest = nt == 2 ? kMaxRows : swiglu ? 2 : 1;
     for (int rows = kMaxRows; rows > smallest; rows /= 2)
-        if (auto [full, layout] = fill(rows); full) return layout;
-    return fill(smallest).second;
+        if (auto [full, layout] = fill(rows, gpu_warps()); full) return layout;
+    return fill(smallest, gpu_warps()).second;
+}
+
+// choose_layout for D's kernels, except one token of Q6_K rows too long for shared memory (x read from
+// global memory): two rows and two warps per group. By measurement (7b.down Q6_K, us): 34.1 with the
+// rule's four rows and eight warps, 29.5 / 30.6 / 31.0 with two rows and two / four / eight warps; tg128
+// 7B Q4_K_M 376-379 -> 386-390, 1.5B 828-839 -> 853-859 tok/s (three rounds, same call).
+template <class D, int NT, bool kSwiglu>
+Layout pick_layout(const MatvecArgs& a) {
+    const bool long_rows = a.n_in > kSharedXMaxIn;
+    if (kIsQ6K<D> && NT == 1 && long_rows) return {2, 2};
+    const bool shared_x = kSharedXType<D, NT> && !long_rows && !kLoopTiles<D, true>;
+    return choose_layout(a.n_out, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT, kSwiglu, shared_x);
 }
 
 // Steps each thread prefetches into L2 before x is ready (launch.cuh's prefetch_steps).
@@ -412,7 +434,7 @@ void launch_rows(MatvecArgs a, Stream s) {
 
 template <class D, int NT, bool kSwiglu>
 void launch_nt(MatvecArgs a, Stream s) {
-    const Layout l = choose_layout(a.n_out, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT, kSwiglu);
+    const Layout l = pick_layout<D, NT, kSwiglu>(a);
     a.split = l.split;
     if constexpr (NT > 2) return launch_rows<D, NT, 2, kSwiglu>(a, s);
     if constexpr (NT == 1) {
