@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -338,17 +339,23 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaQuant, ::testing::ValuesIn(kAllQuantTypes
 const int64_t kTiledIn[] = {256, 768, 4864, 8192};
 const int64_t kTiledOut[] = {16, 48, 1024};
 
+// check_matvec on quantized n_out x n_in matrices of type t in layout l, for every n_in of ins and n_out
+// of outs, then on a random_out x random_in matrix of random blocks; reports the worst error / budget.
+void check_matvec_grid(GgmlType t, Layout l, std::span<const int64_t> ins, std::span<const int64_t> outs,
+                       int64_t random_out, int64_t random_in, std::mt19937 rng) {
+    double worst = 0.0;
+    for (int64_t n_in : ins)
+        for (int64_t n_out : outs) {
+            check_matvec(quantized_matrix(t, n_out, n_in, rng), rng, worst, l);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    check_matvec(random_matrix(t, random_out, random_in, rng), rng, worst, l);
+    report_worst_ratio(worst);
+}
+
 TEST(CudaTiledQ4K, MatvecMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
-    std::mt19937 rng(4242);
-    double worst = 0.0;
-    for (int64_t n_in : kTiledIn)
-        for (int64_t n_out : kTiledOut) {
-            check_matvec(quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, worst, Layout::kTiled);
-            if (HasFatalFailure()) return;
-        }
-    check_matvec(random_matrix(GgmlType::Q4_K, 9008, 512, rng), rng, worst, Layout::kTiled);
-    report_worst_ratio(worst);
+    check_matvec_grid(GgmlType::Q4_K, Layout::kTiled, kTiledIn, kTiledOut, 9008, 512, std::mt19937(4242));
 }
 
 // x far from 1 in magnitude: the per-call power of two keeps both halves in the normal half range.
@@ -402,18 +409,12 @@ TEST(CudaTiledQ4K, FitsAndRefusals) {
     EXPECT_THROW(cuda::matvec(tiled, buf.get(), 9, buf.get(), nullptr, nullptr, nullptr), Error);
 }
 
-// Q6_K padded to 224-byte blocks: the same kernels and budgets as the block layout, on random blocks too.
+// Q6_K padded to 224-byte blocks: the same kernels and budgets as the block layout, on a tall matrix of
+// random blocks too.
 TEST(CudaPaddedQ6K, MatvecMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
-    std::mt19937 rng(606);
-    double worst = 0.0;
-    for (int64_t n_in : row_lengths(traits(GgmlType::Q6_K)))
-        for (int64_t n_out : {int64_t(1), int64_t(131), int64_t(9001)}) {
-            check_matvec(quantized_matrix(GgmlType::Q6_K, n_out, n_in, rng), rng, worst, Layout::kPadded);
-            if (HasFatalFailure()) return;
-        }
-    check_matvec(random_matrix(GgmlType::Q6_K, 37, 1024, rng), rng, worst, Layout::kPadded);
-    report_worst_ratio(worst);
+    const std::vector<int64_t> ins = row_lengths(traits(GgmlType::Q6_K)), outs = {1, 131};
+    check_matvec_grid(GgmlType::Q6_K, Layout::kPadded, ins, outs, 9001, 256, std::mt19937(606));
 }
 
 TEST(CudaPaddedQ6K, MatvecSwigluMatchesReference) {
