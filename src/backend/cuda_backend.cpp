@@ -133,7 +133,7 @@ struct CudaBackend::Impl {
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
     bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
-    DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_matrix
+    DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
     void upload_all(const Model& m);

@@ -321,7 +321,6 @@ struct DecQ6KT {
         for (int i = 0; i < 4; ++i) w[i] = s.ds[g / 4] * byte_minus(q, i, 32.0f);
     }
 };
-using DecQ6K = DecQ6KT<false>;
 
 template <class D>
 constexpr bool kIsQ6K = std::is_same_v<D, DecQ6KT<false>> || std::is_same_v<D, DecQ6KT<true>>;

@@ -170,7 +170,7 @@ bool pads_fit(GgmlType t) {
 
 int64_t padded_row_bytes(GgmlType t, int64_t n_in) {
     if (!pads_fit(t)) throw Error(std::string("padded_row_bytes: no padded layout for ") + ggml_type_name(t));
-    return n_in / DecQ6KT<true>::kElems * DecQ6KT<true>::kBytes;
+    return row_bytes<DecQ6KT<true>>(n_in);
 }
 
 void pad_matrix(const QMatrix& raw, void* dst, Stream s) {
