@@ -183,10 +183,12 @@ struct CudaBackend::Impl {
     void print_profile() const;
 };
 
-// Fewest rows of a matrix uploaded tiled. By measurement (bench_cuda_matvec, block layout -> tiled, us):
-// 7b.gate_up 34.1 -> 31.4, 7b.lm_head 127.5 -> 94.1, 7b.o (3584 rows) 7.1 -> 6.7, but 7b.qkv (4608 rows)
-// 7.8 -> 9.7 (144 thread blocks on 132 SMs: a few SMs carry two) and 0.5b.down 4.7 -> 4.8.
-constexpr int64_t kTiledMinRows = 8192;
+// Fewest rows of a matrix uploaded tiled: only output heads (vocabulary rows). By measurement
+// (bench_cuda_matvec, block layout -> tiled, us, same call): 7b.lm_head 132.9 -> 108.5, but 7b.gate_up
+// (18944 rows each) 34.0 -> 35.5, 7b.o 5.7 -> 6.9, 7b.qkv 8.5 -> 10.2, 0.5b.down 3.9 -> 5.3, since the
+// block-layout kernels' layouts were chosen by measurement; 7B Q4_K_M tg128 390.7 -> 397.1-398.5 tok/s
+// with its FFN in the block layout.
+constexpr int64_t kTiledMinRows = 65536;
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the

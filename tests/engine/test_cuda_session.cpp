@@ -38,14 +38,16 @@ TempDir& scratch() {
 }
 
 // more_bits: llama-quantize's _M mix, these matrices (attn_v and ffn_down of both layers) in that type.
-std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_ff = 512,
+// n_vocab >= 65536 gets an output head of its own (untied), which the CUDA backend uploads tiled for Q4_K.
+std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_vocab = 512,
                              std::optional<GgmlType> more_bits = std::nullopt) {
     TempDir& dir = scratch();
     static int count = 0;
     SynthSpec s;
     s.arch = arch;
     s.n_layer = 2;
-    s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = n_ff, s.n_vocab = 512;
+    s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 512, s.n_vocab = n_vocab;
+    s.tied_output = n_vocab < 65536;
     s.type = type;
     s.more_bits_type = more_bits;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
@@ -115,7 +117,7 @@ struct TypeCase {
     // decode (after a prompt of at most kMaxMatvecTokens, which takes the same path) runs f32
     // matrix-vector kernels whose only difference to the CPU is summation order.
     float prefill_budget, decode_budget;
-    int64_t n_ff = 512;  // 8192: Q4_K's FFN gate and up are uploaded tiled (tensor-core decode)
+    int64_t n_vocab = 512;  // 65536: Q4_K's output head is uploaded tiled (tensor-core decode)
 };
 
 class CudaVsCpu : public ::testing::TestWithParam<TypeCase> {};
@@ -123,7 +125,7 @@ class CudaVsCpu : public ::testing::TestWithParam<TypeCase> {};
 TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
     MINFER_REQUIRE_GPU();
     const TypeCase c = GetParam();
-    const auto m = synth(c.arch, c.type, c.n_ff);
+    const auto m = synth(c.arch, c.type, c.n_vocab);
     const auto ref = dequantized(*m);
     Session cpu(*ref, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda});
     const std::vector<int32_t> ids = prompt(24, m->hp.n_vocab);
@@ -151,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,
                                            TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
                                            TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f},
                                            TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
-                                           TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 8192},
+                                           TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 65536},
                                            TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f},
                                            TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f}),
                          [](const auto& info) {
