@@ -3,7 +3,8 @@
 // the weight bytes streamed per second and its fraction of the device-to-device copy bandwidth measured
 // in the same run (read + write bytes / time), the practical ceiling of a streaming kernel.
 //
-//   bench_cuda_matvec [iterations] [shape] [type]   (shape and type, e.g. 7b.gate_up Q4_K, select rows)
+//   bench_cuda_matvec [iterations] [shape] [type] [warm]   (shape and type, e.g. 7b.gate_up Q4_K, select
+//   rows; "" for all; warm: every call reads the same copy, so a matrix smaller than L2 is read from L2)
 //
 // Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels; Q6_K one in
 // the padded layout, "Q6_K/p".
@@ -81,13 +82,13 @@ enum class Layout { kBlocks, kTiled, kPadded };
 
 // The matrix in the block layout, or as the backend uploads Q4_K (tile_matrix, read by the tensor-core
 // kernels) or Q6_K (pad_matrix). Bandwidth counts the bytes read, padding included.
-void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, cudaStream_t s,
+void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, bool warm, cudaStream_t s,
            std::mt19937& rng) {
     const bool tiled = layout == Layout::kTiled, padded = layout == Layout::kPadded;
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
     const size_t stored = padded ? size_t(cuda::padded_row_bytes(t, sh.n_in) * sh.n_out) : host.size();
     const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(stored) * parts;
-    const int copies = int(std::max<int64_t>(2, (int64_t(512) << 20) / bytes + 1));
+    const int copies = warm ? 1 : int(std::max<int64_t>(2, (int64_t(512) << 20) / bytes + 1));
     std::vector<uint8_t*> mats(size_t(copies * parts));
     uint8_t* raw = nullptr;
     check(cudaMalloc(&raw, host.size()));
@@ -141,6 +142,7 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, c
 int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 200;
     const std::string only_shape = argc > 2 ? argv[2] : "", only_type = argc > 3 ? argv[3] : "";
+    const bool warm = argc > 4 && std::string(argv[4]) == "warm";
     cudaStream_t s;
     check(cudaStreamCreate(&s));
     const double peak = copy_bandwidth(s);
@@ -152,9 +154,10 @@ int main(int argc, char** argv) {
             const bool picked = (only_shape.empty() || only_shape == sh.name) &&
                                 (only_type.empty() || only_type == quant_traits(t)->name);
             if (!picked || sh.n_in % quant_traits(t)->block_size != 0) continue;
-            bench(sh, t, Layout::kBlocks, iters, peak, s, rng);
-            if (cuda::tiles_fit(t, sh.n_in, sh.n_out)) bench(sh, t, Layout::kTiled, iters, peak, s, rng);
-            if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, s, rng);
+            bench(sh, t, Layout::kBlocks, iters, peak, warm, s, rng);
+            if (cuda::tiles_fit(t, sh.n_in, sh.n_out))
+                bench(sh, t, Layout::kTiled, iters, peak, warm, s, rng);
+            if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, warm, s, rng);
         }
     return 0;
 }
