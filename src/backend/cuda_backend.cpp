@@ -74,6 +74,8 @@ struct CudaBackend::Impl {
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
+    std::vector<bool>
+        host_out;  // by node: written by its kernel straight into `pinned` (choose_host_outputs)
     std::vector<int64_t> offset;
     std::vector<cuda::KvRegion> kv;  // by layer; k == nullptr until declared
     std::vector<std::unique_ptr<DeviceBuffer>> kv_mem;
@@ -140,7 +142,8 @@ struct CudaBackend::Impl {
 
     float* dev(NodeId id) const {
         const int64_t off = offset[size_t(id)];
-        return off < 0 ? nullptr : arena.as<float>() + off;
+        if (off < 0) return nullptr;
+        return (size_t(id) < host_out.size() && host_out[size_t(id)] ? pinned : arena.as<float>()) + off;
     }
     const int32_t* ids(NodeId id) const { return reinterpret_cast<const int32_t*>(dev(id)); }
     static const int32_t* ids_host(const NodeBuffers& bufs, NodeId id) {
@@ -166,6 +169,7 @@ struct CudaBackend::Impl {
     void reserve_kv(const ComputeGraph& g);
     void reserve_scratch(const ComputeGraph& g);
     void reserve_rope_table(const ComputeGraph& g);
+    void choose_host_outputs(const ComputeGraph& g);
     // The RoPE table if it was filled for these rotary parameters, else none (the angles are evaluated).
     cuda::RopeTable rope_table_for(const meta::Rope& r) const {
         return rope_key == std::pair{r.n_rot, r.freq_base} ? rope_tab : cuda::RopeTable{};
@@ -346,11 +350,23 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     gemm_x.reserve(x_halves * 2);
 }
 
+// A graph that runs wholly on the GPU has its outputs of at most kMaxMatvecTokens columns (the decode
+// logits) written by their kernel straight into the pinned host arena, which unified addressing maps at
+// the same address on the device: no device-to-host copy and no second launch follow the graph. Wider
+// outputs (prefill logits of every token, from cuBLAS) are still copied.
+void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
+    host_out.assign(g.nodes.size(), false);
+    for (const CNode& n : g.nodes)
+        if (!std::holds_alternative<op::Input>(n.op) && n.backend != BackendKind::Cuda) return;
+    for (NodeId out : g.outputs) host_out[size_t(out)] = g[out].shape[1] <= cuda::kMaxMatvecTokens;
+}
+
 void CudaBackend::prepare(const ComputeGraph& g) {
     impl_->drop_graphs();
     impl_->reserve_kv(g);
     impl_->reserve_scratch(g);
     impl_->reserve_rope_table(g);
+    impl_->choose_host_outputs(g);
     const NodeId tok = g.find_input("token_ids");
     impl_->decode_graph = tok >= 0 && g[tok].shape[0] == 1;
 }
@@ -369,18 +385,23 @@ float* CudaBackend::host_arena(int64_t n_floats) {
         im.pinned = nullptr;
         MINFER_CUDA_CHECK(cudaMallocHost(&im.pinned, size_t(n_floats) * sizeof(float)));
         im.pinned_floats = n_floats;
+        void* mapped = nullptr;  // kernels write outputs there (choose_host_outputs)
+        MINFER_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, im.pinned, 0));
+        if (mapped != im.pinned) throw Error("CUDA backend: pinned host memory has another device address");
     }
     return im.pinned;
 }
 
 void CudaBackend::upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
+    if (impl_->dev(id) == bufs.data(id)) return;  // kept in the host arena (choose_host_outputs)
     MINFER_CUDA_CHECK(cudaMemcpyAsync(impl_->dev(id), bufs.data(id), size_t(n_floats) * sizeof(float),
                                       cudaMemcpyHostToDevice, impl_->stream));
 }
 
 void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
-    MINFER_CUDA_CHECK(cudaMemcpyAsync(bufs.data(id), impl_->dev(id), size_t(n_floats) * sizeof(float),
-                                      cudaMemcpyDeviceToHost, impl_->stream));
+    if (impl_->dev(id) != bufs.data(id))  // else its kernel wrote it in place (choose_host_outputs)
+        MINFER_CUDA_CHECK(cudaMemcpyAsync(bufs.data(id), impl_->dev(id), size_t(n_floats) * sizeof(float),
+                                          cudaMemcpyDeviceToHost, impl_->stream));
     MINFER_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
