@@ -333,19 +333,11 @@ __device__ __forceinline__ void run_tile(const MatvecArgs& a, int64_t tile, bool
 // Decoders whose matvec grid holds one wave of resident thread blocks, each looping over its tiles (x
 // staged and the previous kernel awaited once per thread block); the others run one tile per block. By
 // measurement (bench_cuda_matvec, same device call): looping is faster for Q6_K and Q8_0 (7b.lm_head Q6_K
-// 229 -> 192 us, 7b.o Q8_0 9.3 -> 8.0, 0.5b.down Q8_0 7.9 -> 6.5) and slower for Q5_0 (7b.lm_head Q5_0
-// 162 -> 181). Q4_K lost with the layouts of the time (0.5b.down 4.8 -> 6.6) but gains with the shared-x
-// layouts of choose_layout, which it keeps (kFillRule): 7b.gate_up 34.30 -> 33.63 us, o, qkv and
-// 0.5b.down unchanged, 7B Q4_K_M tg128 393.5-393.6 -> 399.8-400.0 tok/s (same call; Q5_0 looping the
-// same way changed nothing). Only with x in shared memory: reading x from global memory, the looping
-// Q6_K kernel lost (7b.down 37.0 vs 33.1 us one tile per block).
+// 229 -> 192 us, 7b.o Q8_0 9.3 -> 8.0, 0.5b.down Q8_0 7.9 -> 6.5) and slower for Q4_K and Q5_0 (0.5b.down
+// Q4_K 4.8 -> 6.6, 7b.down Q4_K 19.9 -> 22.1, 7b.lm_head Q5_0 162 -> 181). Only with x in shared memory:
+// reading x from global memory, the looping Q6_K kernel lost (7b.down 37.0 vs 33.1 us one tile per block).
 template <class D, bool kShared>
-constexpr bool kLoopTiles = kShared && (kIsQ6K<D> || std::is_same_v<D, DecQ8_0> ||
-                                        std::is_same_v<D, DecK1<GgmlType::Q4_K>>);
-
-// Looping kernels laid out by the fill rule rather than the shared-x rule (see choose_layout).
-template <class D>
-constexpr bool kFillRule = kIsQ6K<D> || std::is_same_v<D, DecQ8_0>;
+constexpr bool kLoopTiles = kShared && (kIsQ6K<D> || std::is_same_v<D, DecQ8_0>);
 
 template <class D, int NT, int R, bool kSwiglu, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
@@ -372,8 +364,8 @@ struct Layout {
 // GPU two thread blocks per SM, while every warp keeps two steps. By measurement against the rule below
 // (bench_cuda_matvec, us, two rounds): 7b.o Q4_K 7.04 -> 5.73, 0.5b.down Q5_0 7.90 -> 4.6, Q4_K 4.65 ->
 // 3.85-4.35, 0.5b.gate_up Q5_0 6.26 -> 4.67, but 7b.qkv 7.80 -> 8.5; tg128 0.5B Q4_K_M 1,613-1,628 ->
-// 1,640-1,649, 7B 372-373 -> 376-378, 1.5B unchanged. The looping Q6_K and Q8_0 kernels lost with it
-// (7b.lm_head Q6_K 152 -> 165 us) and keep the rule below (kFillRule).
+// 1,640-1,649, 7B 372-373 -> 376-378, 1.5B unchanged. The looping kernels (kLoopTiles) lost with it
+// (7b.lm_head Q6_K 152 -> 165 us) and keep the rule below.
 //
 // Otherwise (one or two tokens): the most rows per group that still fill the GPU (each x load serves all
 // of them), each row split between up to 8 warps while every warp keeps two steps. A small matrix thus
@@ -407,7 +399,7 @@ template <class D, int NT, bool kSwiglu>
 Layout pick_layout(const MatvecArgs& a) {
     const bool long_rows = a.n_in > kSharedXMaxIn;
     if (kIsQ6K<D> && NT == 1 && long_rows) return {2, 2};
-    const bool shared_x = kSharedXType<D, NT> && !long_rows && !kFillRule<D>;
+    const bool shared_x = kSharedXType<D, NT> && !long_rows && !kLoopTiles<D, true>;
     return choose_layout(a.n_out, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT, kSwiglu, shared_x);
 }
 
