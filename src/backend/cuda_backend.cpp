@@ -74,8 +74,7 @@ struct CudaBackend::Impl {
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
-    std::vector<bool>
-        host_out;  // by node: written by its kernel straight into `pinned` (choose_host_outputs)
+    std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
     std::vector<int64_t> offset;
     std::vector<cuda::KvRegion> kv;  // by layer; k == nullptr until declared
     std::vector<std::unique_ptr<DeviceBuffer>> kv_mem;
@@ -143,7 +142,8 @@ struct CudaBackend::Impl {
     float* dev(NodeId id) const {
         const int64_t off = offset[size_t(id)];
         if (off < 0) return nullptr;
-        return (size_t(id) < host_out.size() && host_out[size_t(id)] ? pinned : arena.as<float>()) + off;
+        const bool host = pinned && size_t(id) < host_out.size() && host_out[size_t(id)];
+        return (host ? pinned : arena.as<float>()) + off;
     }
     const int32_t* ids(NodeId id) const { return reinterpret_cast<const int32_t*>(dev(id)); }
     static const int32_t* ids_host(const NodeBuffers& bufs, NodeId id) {
@@ -393,7 +393,6 @@ float* CudaBackend::host_arena(int64_t n_floats) {
 }
 
 void CudaBackend::upload(const NodeBuffers& bufs, NodeId id, int64_t n_floats) {
-    if (impl_->dev(id) == bufs.data(id)) return;  // kept in the host arena (choose_host_outputs)
     MINFER_CUDA_CHECK(cudaMemcpyAsync(impl_->dev(id), bufs.data(id), size_t(n_floats) * sizeof(float),
                                       cudaMemcpyHostToDevice, impl_->stream));
 }
