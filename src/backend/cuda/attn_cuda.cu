@@ -8,7 +8,7 @@
 // One head per block measured faster than one block per KV head serving its whole group (the previous
 // layout, which read each row once): a warp then ran the group's softmax updates one head after another,
 // and a short context had only n_head_kv blocks on the GPU. H200, tg128: Qwen2.5-0.5B Q4_K_M 1,355-1,364
-// -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 -> 794-797 (bench/PERF-NOTES.md).
+// -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 -> 794-797 (bench/PERF-NOTES-GPU.md).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
