@@ -26,7 +26,7 @@ namespace {
 
 struct BenchOptions {
     std::string model;
-    int64_t n_prompt = 512, n_gen = 128, depth = 0;
+    int64_t n_prompt = 512, n_gen = 128, depth = 0, n_ubatch = 512;
     int threads = 0, reps = 5;
     BackendKind device = BackendKind::Cpu;
     bool json = false;
@@ -87,7 +87,7 @@ void bench(const BenchOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    Session session(*model, {o.depth + std::max(o.n_prompt, o.n_gen), threads, o.device});
+    Session session(*model, {o.depth + std::max(o.n_prompt, o.n_gen), threads, o.device, o.n_ubatch});
     std::mt19937 rng(1234);
     const std::vector<int32_t> pp = random_ids(o.n_prompt, model->hp.n_vocab, rng);
     const std::vector<int32_t> tg = random_ids(o.n_gen, model->hp.n_vocab, rng);
@@ -118,6 +118,7 @@ void add_bench_command(CLI::App& app) {
         ->check(int_in(0, 1 << 20));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
+    add_ubatch_option(*c, o->n_ubatch);
     c->add_option("-r,--repetitions", o->reps, "Timed repetitions per test")->check(int_in(1, 1 << 20));
     c->add_flag("--json", o->json,
                 "Print one JSON object {model, threads, device, depth, ppP: {mean, sd}, tgN: {mean, sd}}");

@@ -33,7 +33,7 @@ void on_sigint(int) {
 struct ChatOptions {
     std::string model;
     std::optional<std::string> system;
-    int64_t n_ctx = 0, n_predict = 512;
+    int64_t n_ctx = 0, n_predict = 512, n_ubatch = 512;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
     SamplerParams sampling;
@@ -119,7 +119,7 @@ void chat(const ChatOptions& o) {
     const auto model = load_model(o.model, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const ChatPrompt prompt(*model->file, *tok);
-    Session session(*model, {o.n_ctx, o.threads, o.device});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch});
     Chat c(o, session, *tok, prompt);
 
     // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
@@ -152,6 +152,7 @@ void add_chat_command(CLI::App& app) {
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
+    add_ubatch_option(*c, o->n_ubatch);
     add_sampling_options(*c, o->sampling);
     c->callback([o] { chat(*o); });
 }

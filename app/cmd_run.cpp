@@ -21,7 +21,7 @@ namespace {
 
 struct RunOptions {
     std::string model, prompt, prompt_ids;
-    int64_t n_ctx = 0;
+    int64_t n_ctx = 0, n_ubatch = 512;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
     std::optional<std::string> system;
@@ -53,7 +53,7 @@ void run(const RunOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads, o.device});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())
@@ -98,6 +98,7 @@ void add_run_command(CLI::App& app) {
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
+    add_ubatch_option(*c, o->n_ubatch);
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");

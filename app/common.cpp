@@ -112,6 +112,13 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o) {
     std::cout << "graph: " << g.nodes.size() << " nodes\n";
 }
 
+void add_ubatch_option(CLI::App& app, int64_t& n_ubatch) {
+    app.add_option("--ubatch-size", n_ubatch,
+                   "Most prompt tokens per forward pass; longer prompts run in passes of this size (default: "
+                   "512)")
+        ->check(int_in(1, 1 << 20));
+}
+
 void add_device_option(CLI::App& app, BackendKind& device) {
     static const std::map<std::string, BackendKind> kinds{{"cpu", BackendKind::Cpu},
                                                           {"cuda", BackendKind::Cuda}};

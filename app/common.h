@@ -45,6 +45,8 @@ void add_sampling_options(CLI::App& app, SamplerParams& p);
 
 // --device cpu|cuda
 void add_device_option(CLI::App& app, BackendKind& device);
+// --ubatch-size (llama.cpp's -ub): most prompt tokens per forward pass (SessionParams::n_ubatch)
+void add_ubatch_option(CLI::App& app, int64_t& n_ubatch);
 
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);

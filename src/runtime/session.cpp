@@ -54,9 +54,11 @@ void check_token_ids(std::span<const int32_t> tokens, int64_t n_vocab) {
 Session::Session(const Model& m, const SessionParams& p)
     : model_(m),
       cparams_(checked_cparams(m, default_ctx(m, p.n_ctx), p.device)),
+      n_ubatch_(p.n_ubatch),
       cpu_(*m.file, default_threads(p.n_threads)),
       gpu_(make_gpu_backend(m, p.device)),
       observer_(observers_from_env()) {
+    if (n_ubatch_ < 1) throw Error("the micro-batch size must be at least 1 token");
     if (gpu_) backends_.push_back(gpu_.get());
     backends_.push_back(&cpu_);
     exec_.set_observer(observer_.get());
@@ -98,6 +100,22 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
                     " (use -c to raise it)");
     check_token_ids(tokens, model_.hp.n_vocab);
     n_out = std::clamp<int64_t>(n_out, 1, nt);
+    if (nt <= n_ubatch_) return forward_pass(tokens, n_out);
+    const int64_t n_vocab = model_.hp.n_vocab, first_out = nt - n_out;  // first token whose logits we keep
+    logits_.clear();
+    for (int64_t start = 0; start < nt; start += n_ubatch_) {
+        const int64_t n = std::min(n_ubatch_, nt - start),
+                      keep = std::clamp<int64_t>(start + n - first_out, 0, n);
+        const std::span<const float> l =
+            forward_pass(tokens.subspan(size_t(start), size_t(n)), std::max<int64_t>(keep, 1));
+        if (keep == n_out) return l;  // all of them in the last pass: no copy
+        if (keep > 0) logits_.insert(logits_.end(), l.end() - keep * n_vocab, l.end());
+    }
+    return logits_;
+}
+
+std::span<const float> Session::forward_pass(std::span<const int32_t> tokens, int64_t n_out) {
+    const auto nt = int64_t(tokens.size());
     ComputeGraph& g = forward_cached(params_for(nt, n_out));
 
     positions_.resize(size_t(nt));

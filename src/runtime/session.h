@@ -21,6 +21,7 @@ struct SessionParams {
     int64_t n_ctx = 0;                      // 0: the model's training context, at most 4096
     int n_threads = 0;                      // 0: all hardware threads
     BackendKind device = BackendKind::Cpu;  // Cuda: every node the GPU supports runs there
+    int64_t n_ubatch = 512;                 // most tokens per forward pass (llama.cpp's -ub)
 };
 
 class Session {
@@ -29,12 +30,14 @@ class Session {
     ~Session();
 
     // Runs `tokens` at positions n_past.. and appends them to the KV cache. Returns the logits of the
-    // last n_out tokens, [n_out][n_vocab]. Throws Error when the context would overflow.
+    // last n_out tokens, [n_out][n_vocab]. Throws Error when the context would overflow. More than
+    // n_ubatch tokens run as consecutive passes of at most n_ubatch, as llama.cpp's micro-batches: a
+    // prompt's attention scores then take n_ubatch rows at a time, whatever its length.
     std::span<const float> forward(std::span<const int32_t> tokens, int64_t n_out = 1);
     void reset() { n_past_ = 0; }  // KV rows are overwritten as positions are reused
 
     int64_t n_past() const { return n_past_; }
-    int64_t steps() const { return step_; }  // forward calls so far; reset() keeps counting
+    int64_t steps() const { return step_; }  // forward passes so far; reset() keeps counting
     int64_t n_ctx() const { return cparams_.n_ctx; }
     const Model& model() const { return model_; }
     GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
@@ -47,9 +50,11 @@ class Session {
 
   private:
     ComputeGraph& forward_cached(const GraphParams& p);
+    std::span<const float> forward_pass(std::span<const int32_t> tokens, int64_t n_out);
 
     const Model& model_;
     CParams cparams_;
+    int64_t n_ubatch_;
     CpuBackend cpu_;
     std::unique_ptr<Backend> gpu_;    // null on the CPU device
     std::vector<Backend*> backends_;  // priority order
@@ -60,6 +65,7 @@ class Session {
     int64_t step_ = 0;
     std::unique_ptr<StepObserver> observer_;
     std::vector<int32_t> positions_, tail_;
+    std::vector<float> logits_;  // the wanted logits of a forward split into passes
 };
 
 }  // namespace minfer

@@ -19,6 +19,7 @@
 #include "runtime/session.h"
 #include "sched/passes.h"
 #include "test_data.h"
+#include "util/error.h"
 
 namespace minfer::test {
 namespace {
@@ -156,6 +157,36 @@ TEST(Alloc, allocator_survives_rebuild) {
     EXPECT_EQ(kv_rows(a, L, 8), kv_mid) << "the growing rebuild touched KV rows of earlier positions";
     const std::vector<float> la2_copy(la2.begin(), la2.end());
     EXPECT_LE(max_abs_diff(la2_copy, b.forward(more, 1)), 1e-4f);
+}
+
+// ---- micro-batches -----------------------------------------------------------------------------
+
+// A prompt longer than n_ubatch runs as passes of at most n_ubatch tokens: the same KV rows and logits
+// as one pass (to f32 summation order), the wanted rows gathered across passes when n_out spans several.
+TEST(Ubatch, passes_compute_what_one_pass_does) {
+    constexpr int L = 2;
+    const auto m = synth("qwen2", L);
+    const std::vector<int32_t> ids = prompt(23, m->hp.n_vocab);
+    const auto nt = int64_t(ids.size()), nv = m->hp.n_vocab;
+    Session whole(*m, {64, 2}), parts(*m, {64, 2, BackendKind::Cpu, 5});
+    const std::span<const float> w = whole.forward(ids, nt);
+    const std::vector<float> want(w.begin(), w.end());
+    for (const int64_t n_out : {int64_t(1), int64_t(3), int64_t(7), nt}) {
+        SCOPED_TRACE("n_out " + std::to_string(n_out));
+        parts.reset();
+        const int64_t steps = parts.steps();
+        const std::span<const float> got = parts.forward(ids, n_out);
+        EXPECT_EQ(parts.steps() - steps, 5) << "23 tokens in passes of 5";
+        EXPECT_EQ(parts.n_past(), nt);
+        ASSERT_EQ(int64_t(got.size()), n_out * nv);
+        EXPECT_LE(max_abs_diff(got, std::span(want).last(size_t(n_out * nv))), 1e-4f);
+        EXPECT_LE(max_abs_diff(kv_rows(parts, L, nt), kv_rows(whole, L, nt)), 1e-4f);
+    }
+}
+
+TEST(Ubatch, refuses_an_empty_micro_batch) {
+    const auto m = synth("qwen2", 1);
+    EXPECT_THROW(Session(*m, {64, 1, BackendKind::Cpu, 0}), Error);
 }
 
 // ---- the n_out tail (§2.8) ---------------------------------------------------------------------
