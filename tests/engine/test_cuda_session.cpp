@@ -200,6 +200,23 @@ TEST(CudaSession, DecodeGraphIsReplayed) {
     EXPECT_EQ(max_abs_diff(lr, le), 0.0f) << "the same kernels in the same order";
 }
 
+// A prompt in micro-batches on the GPU: passes of 9 tokens (the cuBLAS prefill at n_past > 0, its
+// attention over the earlier passes' KV rows) and a last pass of 6 (the matrix-vector kernels) give the
+// logits of every token as the CPU does in one pass, within the prefill budget of CudaVsCpu.
+TEST(CudaSession, MicroBatchedPrefillMatchesCpu) {
+    MINFER_REQUIRE_GPU();
+    const auto m = synth("qwen2", GgmlType::Q8_0);
+    const auto ref = dequantized(*m);
+    const std::vector<int32_t> ids = prompt(24, m->hp.n_vocab);
+    const auto nt = int64_t(ids.size());
+    Session cpu(*ref, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda, 9});
+    const std::span<const float> w = cpu.forward(ids, nt);
+    const std::vector<float> want(w.begin(), w.end());
+    const std::span<const float> got = gpu.forward(ids, nt);
+    EXPECT_EQ(gpu.steps(), 3);
+    EXPECT_LE(max_abs_diff(got, want), 1e-2f * max_abs(want));
+}
+
 }  // namespace
 }  // namespace minfer::test
 
