@@ -101,7 +101,7 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
     check_token_ids(tokens, model_.hp.n_vocab);
     n_out = std::clamp<int64_t>(n_out, 1, nt);
     if (nt <= n_ubatch_) return forward_pass(tokens, n_out);
-    const int64_t n_vocab = model_.hp.n_vocab, first_out = nt - n_out;  // first token whose logits we keep
+    const int64_t first_out = nt - n_out;  // the first token whose logits are wanted
     logits_.clear();
     for (int64_t start = 0; start < nt; start += n_ubatch_) {
         const int64_t n = std::min(n_ubatch_, nt - start),
@@ -109,7 +109,7 @@ std::span<const float> Session::forward(std::span<const int32_t> tokens, int64_t
         const std::span<const float> l =
             forward_pass(tokens.subspan(size_t(start), size_t(n)), std::max<int64_t>(keep, 1));
         if (keep == n_out) return l;  // all of them in the last pass: no copy
-        if (keep > 0) logits_.insert(logits_.end(), l.end() - keep * n_vocab, l.end());
+        if (keep > 0) logits_.insert(logits_.end(), l.begin(), l.end());  // the pass returned just those
     }
     return logits_;
 }
