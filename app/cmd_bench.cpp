@@ -26,7 +26,7 @@ namespace {
 
 struct BenchOptions {
     std::string model;
-    int64_t n_prompt = 512, n_gen = 128, depth = 0, n_ubatch = 512;
+    int64_t n_prompt = 512, n_gen = 128, depth = 0, n_ubatch = kDefaultUbatch;
     int threads = 0, reps = 5;
     BackendKind device = BackendKind::Cpu;
     bool json = false;

@@ -33,7 +33,7 @@ void on_sigint(int) {
 struct ChatOptions {
     std::string model;
     std::optional<std::string> system;
-    int64_t n_ctx = 0, n_predict = 512, n_ubatch = 512;
+    int64_t n_ctx = 0, n_predict = 512, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
     SamplerParams sampling;

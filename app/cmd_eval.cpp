@@ -20,7 +20,7 @@ namespace {
 struct EvalOptions {
     std::string model, prompt_ids, all_logits;
     int top_k = 10;
-    int64_t n_ctx = 0, n_ubatch = 512;
+    int64_t n_ctx = 0, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
     bool json = false;

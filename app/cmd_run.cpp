@@ -21,7 +21,7 @@ namespace {
 
 struct RunOptions {
     std::string model, prompt, prompt_ids;
-    int64_t n_ctx = 0, n_ubatch = 512;
+    int64_t n_ctx = 0, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
     std::optional<std::string> system;

@@ -114,8 +114,8 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o) {
 
 void add_ubatch_option(CLI::App& app, int64_t& n_ubatch) {
     app.add_option("--ubatch-size", n_ubatch,
-                   "Most prompt tokens per forward pass; longer prompts run in passes of this size (default: "
-                   "512)")
+                   "Most prompt tokens per forward pass; longer prompts run in passes of this size")
+        ->capture_default_str()
         ->check(int_in(1, 1 << 20));
 }
 

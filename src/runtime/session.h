@@ -17,11 +17,14 @@ namespace minfer {
 
 class StepObserver;  // runtime/observe.h
 
+// Most tokens per forward pass unless asked otherwise: llama.cpp's default micro-batch (-ub).
+constexpr int64_t kDefaultUbatch = 512;
+
 struct SessionParams {
     int64_t n_ctx = 0;                      // 0: the model's training context, at most 4096
     int n_threads = 0;                      // 0: all hardware threads
     BackendKind device = BackendKind::Cpu;  // Cuda: every node the GPU supports runs there
-    int64_t n_ubatch = 512;                 // most tokens per forward pass (llama.cpp's -ub)
+    int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass (llama.cpp's -ub)
 };
 
 class Session {
