@@ -6,8 +6,8 @@
 //   bench_cuda_matvec [iterations] [shape] [type] [warm]   (shape and type, e.g. 7b.gate_up Q4_K, select
 //   rows; "" for all; warm: every call reads the same copy, so a matrix smaller than L2 is read from L2)
 //
-// Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels; Q6_K one in
-// the padded layout, "Q6_K/p".
+// Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels, and one for
+// the int8 kernels, "Q4_K/i"; Q6_K one in the padded layout, "Q6_K/p".
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,13 +78,15 @@ double copy_bandwidth(cudaStream_t s) {
     return 2.0 * 10 * double(n) / (ms * 1e-3);
 }
 
-enum class Layout { kBlocks, kTiled, kPadded };
+enum class Layout { kBlocks, kTiled, kPadded, kInt8 };
 
 // The matrix in the block layout, or as the backend uploads Q4_K (tile_matrix, read by the tensor-core
-// kernels) or Q6_K (pad_matrix). Bandwidth counts the bytes read, padding included.
+// kernels; or flagged int8_x, read by the int8 kernels) or Q6_K (pad_matrix). Bandwidth counts the bytes
+// read, padding included.
 void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, bool warm, cudaStream_t s,
            std::mt19937& rng) {
-    const bool tiled = layout == Layout::kTiled, padded = layout == Layout::kPadded;
+    const bool tiled = layout == Layout::kTiled, padded = layout == Layout::kPadded,
+               i8 = layout == Layout::kInt8;
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
     const size_t stored = padded ? size_t(cuda::padded_row_bytes(t, sh.n_in) * sh.n_out) : host.size();
     const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(stored) * parts;
@@ -113,10 +115,10 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     const auto call = [&](int i) {
         const int c = i % copies;
-        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded};
+        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded, i8};
         if (sh.swiglu)
-            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded}, x, 1,
-                                y, s);
+            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded, i8}, x,
+                                1, y, s);
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
@@ -130,7 +132,10 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
-    const std::string name = std::string(quant_traits(t)->name) + (tiled ? "/t" : padded ? "/p" : "");
+    const std::string name = std::string(quant_traits(t)->name) + (tiled    ? "/t"
+                                                                   : padded ? "/p"
+                                                                   : i8     ? "/i"
+                                                                            : "");
     std::printf("| %-13s | %-6s | %8.2f | %7.0f | %5.2f |\n", sh.name, name.c_str(), us, gbs,
                 gbs * 1e9 / peak);
     for (auto& m : mats) cudaFree(m);
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
             if (cuda::tiles_fit(t, sh.n_in, sh.n_out))
                 bench(sh, t, Layout::kTiled, iters, peak, warm, s, rng);
             if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, warm, s, rng);
+            if (cuda::dp4a_fits(t, sh.n_in)) bench(sh, t, Layout::kInt8, iters, peak, warm, s, rng);
         }
     return 0;
 }

@@ -134,6 +134,7 @@ struct CudaBackend::Impl {
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
     bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
+    bool int8 = !env_flag("MINFER_NO_DP4A");     // Q4_K decode on int8 dot products (int8_pays)
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
@@ -194,6 +195,14 @@ struct CudaBackend::Impl {
 // with its FFN in the block layout.
 constexpr int64_t kTiledMinRows = 65536;
 
+// A Q4_K matrix takes one token's x as int8 (dp4a, QMatrix::int8_x) when it has more rows than columns:
+// every thread block quantizes x as it stages it, which pays where there are many rows per block. By
+// measurement (bench_cuda_matvec, f32 -> int8, us, same call): 7b.gate_up 33.2 -> 27.2, 7b.qkv 8.4 -> 7.2,
+// 7b.lm_head 131.4 -> 95.7 (108.5 tiled), but 7b.o 5.7 -> 6.8, 7b.down 20.1 -> 28.9, 0.5b.down 4.4 -> 5.2.
+bool int8_pays(int64_t rows, int64_t n_in) {
+    return rows > n_in;
+}
+
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
 // tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads),
@@ -203,16 +212,18 @@ constexpr int64_t kTiledMinRows = 65536;
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
     size_t total = 0, stored = 0;
     int64_t rows = 0;
-    bool tiled = may_tile && tiling, padded = padding;
+    bool tiled = may_tile && tiling, padded = padding, int8_x = int8;
     for (const WeightRef* w : ws) {
         total += bytes_of(*w);
         rows += w->n_out;
         tiled = tiled && cuda::tiles_fit(w->type, w->n_in, w->n_out);
         padded = padded && cuda::pads_fit(w->type);
+        int8_x = int8_x && cuda::dp4a_fits(w->type, w->n_in);
     }
-    tiled = tiled && rows >= kTiledMinRows;
-    padded = padded && !tiled;
     const WeightRef& first = **ws.begin();
+    int8_x = int8_x && int8_pays(rows, first.n_in);
+    tiled = tiled && !int8_x && rows >= kTiledMinRows;
+    padded = padded && !tiled;
     const auto stored_bytes = [&](const WeightRef& w) {
         return padded ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : bytes_of(w);
     };
@@ -224,14 +235,14 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
     for (const WeightRef* w : ws) {
         MINFER_CUDA_CHECK(
             cudaMemcpyAsync(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice, stream));
-        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded};
+        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded, int8_x};
         off += bytes_of(*w);
         at += stored_bytes(*w);
     }
     if (tiled) cuda::tile_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
     if (padded) cuda::pad_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
     if (tiled || padded) MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded};
+    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded, int8_x};
 }
 
 void CudaBackend::Impl::upload_vector(const WeightRef& w) {

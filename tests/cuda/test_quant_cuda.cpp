@@ -1,5 +1,6 @@
 // CUDA quant kernels (backend/cuda/quant_cuda.h) against the CPU reference traits: matvec and
-// matvec_swiglu within a stated rounding budget, dequant_f32 / get_rows bit-exact with to_float_ref, and
+// matvec_swiglu within a stated rounding budget (against the product with x as the kernel takes it: int8
+// for cuda::matvec_int8_x, see int8_x), dequant_f32 / get_rows bit-exact with to_float_ref, and
 // dequant_f16 equal to to_float_ref rounded to the nearest half. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -80,7 +81,8 @@ struct RefDots {
     std::vector<double> dot, mag;
 };
 
-RefDots reference_dots(const HostMatrix& w, const std::vector<float>& x, int64_t nt) {
+template <class X>
+RefDots reference_dots(const HostMatrix& w, const std::vector<X>& x, int64_t nt) {
     RefDots r{std::vector<double>(size_t(nt * w.n_out)), std::vector<double>(size_t(nt * w.n_out))};
     for (int64_t t = 0; t < nt; ++t)
         for (int64_t o = 0; o < w.n_out; ++o) {
@@ -94,6 +96,26 @@ RefDots reference_dots(const HostMatrix& w, const std::vector<float>& x, int64_t
             r.mag[size_t(t * w.n_out + o)] = mag;
         }
     return r;
+}
+
+// x as the int8 kernels take it (cuda::matvec_int8_x): per 32 elements d * q, d = max|x| / 127, q =
+// x * (127 / max|x|) rounded to nearest even, each product d * q exact in double. The same f32 operations
+// as the kernel's, so a tie or a scale off by one ulp is not hidden by the budget: a q off by one moves a
+// product by d |w|, far above it.
+std::vector<double> int8_x(const std::vector<float>& x) {
+    std::vector<double> q(x.size());
+    for (size_t b = 0; b + 32 <= x.size(); b += 32) {
+        float amax = 0.0f;
+        for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+        for (size_t i = b; i < b + 32; ++i) q[i] = double(d) * double(std::nearbyint(x[i] * id));
+    }
+    return q;
+}
+
+// The reference of nt tokens: with x itself, or with int8_x(x) where the kernel takes x as int8.
+const RefDots& pick_ref(const QMatrix& qm, int64_t nt, const RefDots& exact, const RefDots& int8) {
+    return cuda::matvec_int8_x(qm, nt) ? int8 : exact;
 }
 
 // y = W x (+ bias) (+ res) for one way of passing bias and residual.
@@ -123,10 +145,13 @@ void report_worst_ratio(double worst) {
 
 // How a matrix is laid out on the device: the GGUF block layout, tiled by tile_matrix (Q4_K), or padded
 // by pad_matrix (Q6_K).
-enum class Layout { kBlocks, kTiled, kPadded };
+enum class Layout { kBlocks, kTiled, kPadded, kInt8 };
 
 const char* layout_name(Layout l) {
-    return l == Layout::kTiled ? "tiled " : l == Layout::kPadded ? "padded " : "";
+    return l == Layout::kTiled    ? "tiled "
+           : l == Layout::kPadded ? "padded "
+           : l == Layout::kInt8   ? "int8 "
+                                  : "";
 }
 
 size_t stored_bytes(const HostMatrix& w, Layout l) {
@@ -139,7 +164,8 @@ struct DeviceMatrix {
     QMatrix qm;
     DeviceMatrix(const HostMatrix& w, Layout l)
         : raw(w.bytes), repacked(stored_bytes(w, l)), qm{w.type, raw.get(), w.n_in, w.n_out} {
-        if (l == Layout::kBlocks) return;
+        qm.int8_x = l == Layout::kInt8;
+        if (l == Layout::kBlocks || l == Layout::kInt8) return;
         TestStream s;
         if (l == Layout::kTiled)
             cuda::tile_matrix(qm, repacked.get(), s.get());
@@ -157,7 +183,7 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
     std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
     for (float& v : x) v *= x_scale;
     const std::vector<float> bias = gaussian(rng, w.n_out), res = gaussian(rng, kMaxTokens * w.n_out);
-    const RefDots ref = reference_dots(w, x, kMaxTokens);
+    const RefDots exact = reference_dots(w, x, kMaxTokens), int8 = reference_dots(w, int8_x(x), 1);
     const DeviceMatrix dw(w, layout);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
     const QMatrix& qm = dw.qm;
@@ -175,6 +201,7 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
             const float* res_ptr = e == Extra::kRes              ? dres.get()
                                    : e == Extra::kBiasResInPlace ? dy.get()
                                                                  : nullptr;
+            const RefDots& ref = pick_ref(qm, nt, exact, int8);
             cuda::matvec(qm, dx.get(), nt, dy.get(), has_bias ? dbias.get() : nullptr, res_ptr, s.get());
             s.sync();
             const std::vector<float> y = dy.download();
@@ -196,12 +223,14 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
 void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rng,
                   Layout layout = Layout::kBlocks) {
     const std::vector<float> x = gaussian(rng, kMaxTokens * gate.n_in);
-    const RefDots g = reference_dots(gate, x, kMaxTokens), u = reference_dots(up, x, kMaxTokens);
+    const RefDots g_exact = reference_dots(gate, x, kMaxTokens), u_exact = reference_dots(up, x, kMaxTokens);
+    const RefDots g_int8 = reference_dots(gate, int8_x(x), 1), u_int8 = reference_dots(up, int8_x(x), 1);
     const DeviceMatrix dg(gate, layout), du(up, layout);
     DeviceBuffer<float> dx(x);
     TestStream s;
     for (int64_t nt : kTokenCounts) {
         const size_t n = size_t(nt * gate.n_out);
+        const RefDots &g = pick_ref(dg.qm, nt, g_exact, g_int8), &u = pick_ref(dg.qm, nt, u_exact, u_int8);
         DeviceBuffer<float> dy(sentinel_floats(n + kGuard));
         cuda::matvec_swiglu(dg.qm, du.qm, dx.get(), nt, dy.get(), s.get());
         s.sync();
@@ -379,6 +408,58 @@ TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
             check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, Layout::kTiled);
             if (HasFatalFailure()) return;
         }
+}
+
+// Q4_K taking one token's x as int8 (QMatrix::int8_x, the dp4a kernels), against the product with
+// int8_x(x) within the same budget; more tokens take the f32 kernels. Row lengths from one super-block to
+// the most that is staged (112), so that warps split long rows of few-row matrices; 40001 rows of 256
+// make the thread blocks loop over many tiles.
+const int64_t kInt8In[] = {256, 768, 3584, 4864, 18944, 28672};
+const int64_t kInt8Out[] = {1, 7, 131, 1024};
+
+TEST(CudaInt8Q4K, MatvecMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    check_matvec_grid(GgmlType::Q4_K, Layout::kInt8, kInt8In, kInt8Out, 40001, 256, std::mt19937(5150));
+}
+
+// x of every magnitude, and x = 0 (every block's scale 0, so q = 0 rather than 0 / 0).
+TEST(CudaInt8Q4K, MatvecScaledInputs) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(23);
+    double worst = 0.0;
+    for (float scale : {0.0f, 1e-20f, 1e-4f, 3e4f, 1e12f}) {
+        check_matvec(random_matrix(GgmlType::Q4_K, 64, 1024, rng), rng, worst, Layout::kInt8, scale);
+        if (HasFatalFailure()) return;
+    }
+    report_worst_ratio(worst);
+}
+
+TEST(CudaInt8Q4K, MatvecSwigluMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(61);
+    for (int64_t n_in : {256, 3584, 18944})
+        for (int64_t n_out : {1, 131, 9001}) {
+            const HostMatrix gate = quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng);
+            check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, Layout::kInt8);
+            if (HasFatalFailure()) return;
+        }
+}
+
+// The flag on a matrix the int8 kernels cannot read is refused, not computed wrongly.
+TEST(CudaInt8Q4K, FitsAndRefusals) {
+    EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q4_K, 28672));
+    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q4_K, 28928));
+    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q6_K, 4096));
+    MINFER_SKIP_WITHOUT_GPU();
+    DeviceBuffer<uint8_t> w(size_t(210 * 16)), x(size_t(4096 * 4)), y(64);
+    const QMatrix q6{GgmlType::Q6_K, w.get(), 256, 16, false, false, true};
+    const auto* xf = reinterpret_cast<const float*>(x.get());
+    auto* yf = reinterpret_cast<float*>(y.get());
+    EXPECT_THROW(cuda::matvec(q6, xf, 1, yf, nullptr, nullptr, nullptr), Error);
+    EXPECT_THROW(cuda::matvec_swiglu(q6, q6, xf, 1, yf, nullptr), Error);
+    const QMatrix q4{GgmlType::Q4_K, w.get(), 256, 16};
+    const QMatrix q4_int8{GgmlType::Q4_K, w.get(), 256, 16, false, false, true};
+    EXPECT_THROW(cuda::matvec_swiglu(q4, q4_int8, xf, 1, yf, nullptr), Error) << "layouts differ";
 }
 
 TEST(CudaTiledQ4K, DequantBitExact) {

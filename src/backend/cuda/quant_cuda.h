@@ -1,8 +1,9 @@
 // Quantized weights on the GPU, read in their GGUF block layout or, for Q4_K, in a tiled layout made at
 // upload for the tensor cores (same bytes), or for Q6_K with its blocks padded to 16-byte alignment:
 // matrix-vector products for decode, dequantization to half for the cuBLAS prefill GEMM, and
-// embedding-row gathers. Activations stay f32; weights are dequantized in registers. All calls are
-// asynchronous on `s` and capturable into a CUDA graph (no allocation, no synchronization).
+// embedding-row gathers. Activations stay f32 (except for matvec_int8_x); weights are dequantized in
+// registers. All calls are asynchronous on `s` and capturable into a CUDA graph (no allocation, no
+// synchronization).
 #pragma once
 #include <cstdint>
 
@@ -24,6 +25,7 @@ struct QMatrix {
     int64_t n_in, n_out;
     bool tiled = false;   // rows in tile_matrix's layout instead of the block layout
     bool padded = false;  // Q6_K blocks padded to 16-byte aligned 224 bytes by pad_matrix
+    bool int8_x = false;  // one token's products take x as int8 (matvec_int8_x; needs dp4a_fits)
 };
 
 // Q6_K's 210-byte blocks are only 2-byte aligned, so its kernels load them 32 bits at a time and join
@@ -48,6 +50,14 @@ void tile_matrix(const QMatrix& raw, void* dst, Stream s);
 // y[t][r] = sum_i w[r][i] * x[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
 // alias y) for t < nt, 1 <= nt <= kMaxMatvecTokens. x: [nt][n_in], y: [nt][n_out].
 constexpr int kMaxMatvecTokens = 8;
+// Whether one token's products with w take x as int8: w.int8_x and nt == 1. Then matvec and
+// matvec_swiglu run int8 dot products (quant_dp4a.h) and x is taken per 32 consecutive elements as d * q,
+// d = max|x| / 127, q = x * (127 / max|x|) rounded to nearest even (q = 0 when max|x| = 0); the result is
+// the exact product with that x up to f32 rounding, as the CPU's K-quant dot products take x as int8
+// (per 256 elements there).
+bool matvec_int8_x(const QMatrix& w, int64_t nt);
+// Whether a matrix may be flagged int8_x: Q4_K in the block layout, n_in <= 28672 (x staged in 42 KB).
+bool dp4a_fits(GgmlType t, int64_t n_in);
 void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
             Stream s);
 
