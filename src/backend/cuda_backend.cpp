@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -97,6 +99,14 @@ struct CudaBackend::Impl {
         int64_t calls = 0;
     };
     bool profile = env_flag("MINFER_CUDA_PROFILE");
+    // Prefill attention as cuBLAS products around a score matrix (attention_gemm), or with
+    // MINFER_PREFILL_ATTN=flash as the query-tiled kernel (cuda::attention_prefill). H200 pp512 (tok/s,
+    // gemm -> flash): 7B Q4_K_M 20,661 -> 20,897, at depth 3584 10,543 -> 10,380; 0.5B 94,512 -> 81,330,
+    // at depth 3584 37,331 -> 22,258 (too few blocks of 2 warps for 14 heads).
+    bool gemm_attention = [] {
+        const char* v = std::getenv("MINFER_PREFILL_ATTN");
+        return !(v && std::string_view(v) == "flash");
+    }();
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};
 
@@ -336,13 +346,14 @@ void CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
     }
 }
 
-// Scratch sized for the graph: prefill attention's scores and expanded K/V, fused-QKV rows, and the
-// GEMM's half-precision weight and activation tiles.
+// Scratch sized for the graph: prefill attention's scores and expanded K/V (gemm_attention
+// only), fused-QKV rows, and the GEMM's half-precision weight and activation tiles.
 void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
-        if (const auto* a = std::get_if<meta::Attn>(&n.meta); a && nt > cuda::kMaxMatvecTokens) {
+        const auto* a = std::get_if<meta::Attn>(&n.meta);
+        if (a && nt > cuda::kMaxMatvecTokens && gemm_attention) {
             const size_t n_ctx = size_t(region(a->layer).n_ctx);
             score_floats = std::max(score_floats, size_t(a->n_head * nt) * n_ctx);
             if (a->n_head > a->n_head_kv) wide_floats = std::max(wide_floats, 2 * n_ctx * a->n_head * a->hd);
@@ -546,10 +557,12 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                            {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox}, s);
             },
             [&](const op::Attn&) {
-                if (nt > cuda::kMaxMatvecTokens) return attention_gemm(g, n, bufs);
+                const bool prefill = nt > cuda::kMaxMatvecTokens;
+                if (prefill && gemm_attention) return attention_gemm(g, n, bufs);
                 const auto& m = std::get<meta::Attn>(n.meta);
                 const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
-                cuda::attention(in(0), region(m.layer), ids(n.src[2]), nt, a, out, s);
+                (prefill ? cuda::attention_prefill : cuda::attention)(in(0), region(m.layer), ids(n.src[2]),
+                                                                      nt, a, out, s);
             },
             [&](const op::KvcacheStore& o) {
                 cuda::kv_store(in(0), in(1), ids(n.src[2]), g[n.src[0]].shape[1], region(o.layer), s);

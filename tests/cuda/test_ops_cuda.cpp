@@ -18,23 +18,11 @@
 
 #include "backend/cpu/ops_ref.h"
 #include "backend/cuda/ops_cuda.h"
+#include "cuda/attn_test_util.h"
 #include "cuda/cuda_test_util.h"
 
 namespace minfer::test {
 namespace {
-
-using Vec = std::vector<float>;
-using Tol = std::vector<double>;
-using Pos = std::vector<int32_t>;
-
-constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of f32
-
-Vec uniform(std::mt19937& rng, int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> dist(lo, hi);
-    Vec v(static_cast<size_t>(n));
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
 
 Pos random_positions(std::mt19937& rng, int64_t n, int32_t lo, int32_t hi) {
     std::uniform_int_distribution<int32_t> dist(lo, hi);
@@ -49,37 +37,8 @@ double max_abs(const float* x, int64_t n) {
     return m;
 }
 
-// A device buffer of n floats, all NaN (0xffffffff), so that elements left unwritten fail.
-void fill_nan(DeviceBuffer<float>& b, int64_t n) {
-    MINFER_CUDA_CHECK(cudaMemset(b.get(), 0xff, size_t(n) * sizeof(float)));
-}
-
 size_t sz(int64_t n) {
     return static_cast<size_t>(n);
-}
-
-void sync() {
-    MINFER_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-// Expects |got[i] - want[i]| <= tol[i] for every i (NaN fails); reports the count and the worst ratio.
-void expect_within(const Vec& got, const Vec& want, const Tol& tol, const std::string& what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    ASSERT_EQ(tol.size(), want.size()) << what;
-    size_t bad = 0, worst = 0;
-    double worst_badness = -1.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(double(got[i]) - double(want[i]));
-        if (!(err <= tol[i])) ++bad;
-        const double badness = std::isnan(err) ? INFINITY
-                               : tol[i] > 0.0  ? err / tol[i]
-                               : err > 0.0     ? INFINITY
-                                               : 0.0;
-        if (badness > worst_badness) worst = i, worst_badness = badness;
-    }
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " outside the budget; worst at "
-                       << worst << ": got " << got[worst] << ", want " << want[worst] << ", budget "
-                       << tol[worst];
 }
 
 void expect_exact(const Vec& got, const Vec& want, const std::string& what) {
@@ -353,94 +312,7 @@ TEST(CudaOps, KvStore) {
     }
 }
 
-// ---- attention
-
-struct AttnCase {
-    int64_t n_head, n_head_kv, head_dim;
-};
-
-// (40, 2, 64) has a group of 20 query heads per KV head (20 blocks read the same rows).
-const AttnCase kAttnShapes[] = {{14, 2, 64},  {4, 2, 128},  {8, 4, 8},  {32, 8, 128},
-                                {16, 16, 64}, {12, 2, 128}, {40, 2, 64}};
-
-// A persistent KV region filled with random rows everywhere (rows past a query's limit included, so
-// that reading one row too many changes the result), and its host copy.
-struct TestRegion {
-    int64_t n_embd, n_ctx;
-    Vec k, v;
-    DeviceBuffer<float> dk, dv;
-    TestRegion(int64_t n_embd_, int64_t n_ctx_, std::mt19937& rng)
-        : n_embd(n_embd_),
-          n_ctx(n_ctx_),
-          k(uniform(rng, n_embd_ * n_ctx_, -1.0f, 1.0f)),
-          v(uniform(rng, n_embd_ * n_ctx_, -1.0f, 1.0f)),
-          dk(k),
-          dv(v) {}
-    cuda::KvRegion view() const { return {dk.get(), dv.get(), n_embd, n_ctx}; }
-};
-
-// Budget of one head's output, in units of u and max|v| over the keys it sees:
-// - scores: (q * scale) . k split over 4 lanes, each four chains of hd/16 FMAs joined by two adds, then
-//   two shuffle adds, plus the rounding of q * scale: hd/16 + 5 roundings, and s - m in the exponent:
-//   |ds| <= (hd/16 + 9)u S with S = scale * max_j sum_d |q_d k_jd|; moving every score by at most ds
-//   moves the softmax-weighted mean by at most 2 ds max|v|, i.e. (hd/8 + 18)u S ((hd/8 + 22)u S
-//   budgeted);
-// - weights and sums: expf (2 ulp), the running sums of p and p v along a warp's K keys (K + ~15
-//   roundings with the once-per-tile rescales and the warp sum of l), the 8-warp merge (~10), the split
-//   merge (<= 16 splits: ~20) and the division, for acc and l each: <= 2K + 110 roundings relative to
-//   sum p|v| / l <= max|v|. K follows the kernel's key share: tiles of 8 keys, at least 8 tiles (one per
-//   warp) per split, the warps of a split taking its tiles in turn.
-// Worst case; the observed error is a random walk far below it. One key too many or too few (n_kv <=
-// 2048) moves the output by ~1e-3 max|v|, wrong head mapping or a bad merge by O(max|v|).
-double attention_tol(const float* qh, const TestRegion& reg, int64_t off, int64_t hd, int64_t n_kv,
-                     float scale, int splits) {
-    double s_max = 0.0, v_max = 0.0;
-    for (int64_t j = 0; j < n_kv; ++j) {
-        double s = 0.0;
-        for (int64_t d = 0; d < hd; ++d) {
-            s += std::fabs(double(qh[d]) * double(reg.k[size_t(j * reg.n_embd + off + d)]));
-            v_max = std::max(v_max, std::fabs(double(reg.v[size_t(j * reg.n_embd + off + d)])));
-        }
-        s_max = std::max(s_max, s);
-    }
-    const int64_t tiles = (n_kv + 7) / 8, per_split = std::max<int64_t>(8, (tiles + splits - 1) / splits);
-    const double keys_per_warp = 8.0 * double((per_split + 7) / 8);
-    return v_max * kU * (2.0 * keys_per_warp + 110.0 + (double(hd) / 8.0 + 22.0) * double(scale) * s_max);
-}
-
-// Runs attention for queries at `pos` over a fresh random region of n_ctx rows and checks every token
-// and head against attention_ref over the region's rows [0, pos[t]].
-void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide_q, float q_amp,
-                     std::mt19937& rng) {
-    const int64_t nt = int64_t(pos.size()), hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
-    const int64_t q_stride = wide_q ? row + 2 * n_embd : row;  // Q inside a fused QKV buffer
-    SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + ", head_dim " +
-                 std::to_string(hd) + ", nt " + std::to_string(nt) + ", pos[0] " + std::to_string(pos[0]) +
-                 ", n_ctx " + std::to_string(n_ctx) + ", q_stride " + std::to_string(q_stride));
-    const TestRegion reg(n_embd, n_ctx, rng);
-    const Vec q = uniform(rng, nt * q_stride, -q_amp, q_amp);
-    const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, q_stride, float(1.0 / std::sqrt(double(hd)))};
-    const int splits = cuda::attention_splits(a, nt, n_ctx);
-    DeviceBuffer<float> dq(q), dout(size_t(nt * row));
-    DeviceBuffer<int32_t> dpos(pos);
-    fill_nan(dout, nt * row);
-    cuda::attention(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
-    sync();
-    Vec want(size_t(nt * row));
-    Tol tol(want.size());
-    const int64_t group = c.n_head / c.n_head_kv;
-    for (int64_t t = 0; t < nt; ++t) {
-        const int64_t n_kv = std::min<int64_t>(int64_t(pos[size_t(t)]) + 1, n_ctx);
-        const float* qt = q.data() + t * q_stride;
-        cpu::attention_ref(qt, reg.k.data(), reg.v.data(), want.data() + t * row, c.n_head, c.n_head_kv, hd,
-                           n_embd, n_kv, a.scale);
-        for (int64_t h = 0; h < c.n_head; ++h) {
-            const double th = attention_tol(qt + h * hd, reg, (h / group) * hd, hd, n_kv, a.scale, splits);
-            std::fill_n(tol.begin() + t * row + h * hd, hd, th);
-        }
-    }
-    expect_within(dout.download(), want, tol, "attention");
-}
+// ---- attention (AttnCase, kAttnShapes, TestRegion, the budgets and check_attention: attn_test_util.h)
 
 // Decode (nt == 1) with n_ctx 2048, so the keys are split over several blocks (split-K): positions
 // up to 63 fit one split (8 tiles of 8 keys), 64 takes a second, 1000 and 2047 (the region's last row)

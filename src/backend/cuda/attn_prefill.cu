@@ -1,0 +1,324 @@
+// Prefill attention (more than kMaxMatvecTokens query rows) as one query-tiled ("flash") kernel in plain
+// f32: no score matrix in memory, no K/V copies for GQA. A thread block of 2 warps takes 32 consecutive
+// query rows of one query head and walks the keys its rows see in tiles of 32: the tile's K and V rows
+// are copied into shared memory with cp.async (V while the scores are computed, the next K while P V
+// is accumulated: one buffer each), every lane holds a 4 x 4 register tile of scores (4 query rows by 4
+// keys) and a 4 x hd/8 tile of the output (the same rows, 8 lanes across the head's elements). Each
+// row's online softmax (running max, sum, rescale once per tile) is joined over the row's 8 lanes by
+// shuffles; the probabilities go through shared memory to the lanes of the same warp that multiply
+// them by V. The causal mask is applied only on the tiles that some row of the block does not see
+// whole; the tiles a block walks end at the largest key count of its rows, from the positions on the
+// device (any order; pos[t] = n_past + t in practice, where only the last tile or two are masked).
+//
+// One block per query head, not per KV head serving its group: the group's blocks for one query tile
+// are adjacent in launch order (grid x is the head), so they read the same K and V rows from L2, and a
+// block per KV head would leave Qwen2.5-0.5B (2 KV heads) with 32 blocks at 512 tokens, or need
+// group-sized tiles. The heaviest query tiles (the last rows, which see the most keys) are launched
+// first. Shared-memory traffic per FMA: a lane's score step over 4 elements of the head loads 4 float4
+// of Q (the same for the row's 8 lanes) and 4 of K (a warp reads 8 rows, padded onto distinct banks)
+// for 64 FMAs; its P V step per key loads one float4 of P and hd/32 of V for hd/2 FMAs. ptxas (sm_90):
+// 154 registers at head_dim 64, 186 at 128, no spills; 30 and 55 KB of shared memory per block.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/ops_cuda.h"
+#include "backend/cuda/reduce.cuh"
+#include "util/error.h"
+
+namespace minfer::cuda {
+
+namespace {
+
+constexpr int kWarp = kWarpSize;
+constexpr int kRowWarps = 2;  // warps per block, 16 query rows each
+constexpr int kThreads = kRowWarps * kWarp;
+constexpr int kTy = 4, kTx = 8;             // a warp's lanes: 4 row groups by 8 key (or column) groups
+constexpr int kRm = 4, kCk = 4;             // a lane's rows (ty + 4 r) and keys per tile (tx + 8 c)
+constexpr int kWarpRows = kTy * kRm;        // 16
+constexpr int kBq = kRowWarps * kWarpRows;  // query rows per block
+constexpr int kBk = kTx * kCk;              // keys per tile
+constexpr int kPad = 4;                     // floats after each Q and K row: rows start on distinct banks
+constexpr int kPStride = kBq + 4;           // P is [kBk][kPStride]
+static_assert(kBq == kWarp, "block_keys gives each lane one row of the block");
+
+struct PrefillArgs {
+    const float* q;
+    KvRegion r;
+    const int32_t* pos;
+    float* out;
+    AttnShape a;
+    int64_t nt;
+};
+
+// Shared memory of a block, in floats: Q [kBq][hd + kPad], K [kBk][hd + kPad], V [kBk][hd], P.
+constexpr int64_t smem_floats(int64_t hd) {
+    return (kBq + kBk) * (hd + kPad) + kBk * hd + kBk * kPStride;
+}
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+// Online-softmax state of a lane's kRm rows: running max (the same in the row's 8 lanes), this lane's
+// share of the running sum, and the unnormalized output at the lane's elements 32 c + 4 tx + e.
+template <int kC>
+struct RowState {
+    float m[kRm], l[kRm], o[kRm][kC][4];
+};
+
+// The keys the block's rows see: every row sees [0, lo), none sees a key at or past hi; lim[r] is the
+// count of the lane's row r (0 for a row past nt).
+struct BlockKeys {
+    int lo, hi, lim[kRm];
+};
+
+__device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t t = t0 + lane;
+    int n = 0;
+    if (t < p.nt) {
+        const int64_t limit = int64_t(p.pos[t]) + 1;
+        n = int(limit < 0 ? 0 : limit < p.r.n_ctx ? limit : p.r.n_ctx);
+    }
+    BlockKeys k;
+    k.lo = __reduce_min_sync(0xffffffffu, t < p.nt ? n : INT_MAX);
+    k.hi = __reduce_max_sync(0xffffffffu, n);
+    const int row0 = threadIdx.x / kWarp * kWarpRows + lane / kTx;
+#pragma unroll
+    for (int r = 0; r < kRm; ++r) k.lim[r] = __shfl_sync(0xffffffffu, n, row0 + kTy * r);
+    return k;
+}
+
+// q * scale of the block's rows into qs; rows past nt are zero.
+__device__ void stage_q(const PrefillArgs& p, int64_t t0, int64_t h, int hd, float* qs) {
+    for (int k = threadIdx.x; k < kBq * hd; k += kThreads) {
+        const int i = k / hd, d = k % hd;
+        const int64_t t = t0 + i;
+        qs[i * (hd + kPad) + d] = t < p.nt ? p.q[t * p.a.q_stride + h * hd + d] * p.a.scale : 0.0f;
+    }
+}
+
+// Starts copying region rows [j0, j0 + kBk) of one head (hd floats at `col`) into dst, rows `stride`
+// floats apart; rows at or past `end` repeat row end - 1 (finite, and masked out of every row).
+__device__ void load_tile(const float* src, const KvRegion& r, int64_t col, int j0, int end, int hd,
+                          float* dst, int stride) {
+    const int q4 = hd / 4;
+    for (int k = threadIdx.x; k < kBk * q4; k += kThreads) {
+        const int i = k / q4, c = k % q4;
+        const int64_t j = j0 + i < end ? j0 + i : end - 1;
+        cp_async16(dst + i * stride + 4 * c, src + j * r.n_embd + col + 4 * c);
+    }
+    cp_async_commit();
+}
+
+// s[r][c] = (q * scale) . k for the lane's rows and keys: one chain of hd FMAs each.
+template <int kC, bool kExact>
+__device__ void score_tile(const float* qs, const float* ks, int hd, float (&s)[kRm][kCk]) {
+    const int lane = threadIdx.x % kWarp;
+    const float* qb = qs + (threadIdx.x / kWarp * kWarpRows + lane / kTx) * (hd + kPad);
+    const float* kb = ks + (lane % kTx) * (hd + kPad);
+#pragma unroll
+    for (int r = 0; r < kRm; ++r)
+#pragma unroll
+        for (int c = 0; c < kCk; ++c) s[r][c] = 0.0f;
+#pragma unroll 4
+    for (int d = 0; d < (kExact ? 32 * kC : hd); d += 4) {
+        float4 qf[kRm], kf[kCk];
+#pragma unroll
+        for (int r = 0; r < kRm; ++r)
+            qf[r] = *reinterpret_cast<const float4*>(qb + r * kTy * (hd + kPad) + d);
+#pragma unroll
+        for (int c = 0; c < kCk; ++c)
+            kf[c] = *reinterpret_cast<const float4*>(kb + c * kTx * (hd + kPad) + d);
+#pragma unroll
+        for (int r = 0; r < kRm; ++r)
+#pragma unroll
+            for (int c = 0; c < kCk; ++c) {
+                s[r][c] = fmaf(qf[r].x, kf[c].x, s[r][c]);
+                s[r][c] = fmaf(qf[r].y, kf[c].y, s[r][c]);
+                s[r][c] = fmaf(qf[r].z, kf[c].z, s[r][c]);
+                s[r][c] = fmaf(qf[r].w, kf[c].w, s[r][c]);
+            }
+    }
+}
+
+// One tile's online-softmax step for the lane's rows: on a masked tile, keys j >= lim[r] get -inf; the
+// row max is joined over the row's 8 lanes; output and sum are rescaled by expf(m_old - m_new) (a row
+// without a key yet keeps p = 0); p goes to ps as one float4 of the lane's rows per key.
+template <int kC>
+__device__ void softmax_tile(float (&s)[kRm][kCk], RowState<kC>& st, const BlockKeys& keys, int j0,
+                             float* ps) {
+    const int lane = threadIdx.x % kWarp, tx = lane % kTx;
+    const bool masked = j0 + kBk > keys.lo;
+#pragma unroll
+    for (int r = 0; r < kRm; ++r) {
+        float mt = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < kCk; ++c) {
+            if (masked && j0 + tx + kTx * c >= keys.lim[r]) s[r][c] = -INFINITY;
+            mt = fmaxf(mt, s[r][c]);
+        }
+#pragma unroll
+        for (int o = 1; o < kTx; o *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+        const float m_new = fmaxf(st.m[r], mt), base = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = expf(st.m[r] - base);
+        st.m[r] = m_new;
+#pragma unroll
+        for (int c = 0; c < kCk; ++c) s[r][c] = expf(s[r][c] - base);
+        st.l[r] = fmaf(st.l[r], corr, (s[r][0] + s[r][1]) + (s[r][2] + s[r][3]));
+#pragma unroll
+        for (int c = 0; c < kC; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[r][c][e] *= corr;
+    }
+    float* slot = ps + threadIdx.x / kWarp * kWarpRows + lane / kTx * kRm;
+#pragma unroll
+    for (int c = 0; c < kCk; ++c)
+        *reinterpret_cast<float4*>(slot + (tx + kTx * c) * kPStride) =
+            make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+}
+
+// o[r] += p[r][k] v[k] over the tile's keys, in key order: p of the lane's rows as one float4 from ps,
+// v at the lane's elements 32 c + 4 tx.. from vs.
+template <int kC, bool kExact>
+__device__ void accumulate_tile(const float* ps, const float* vs, int hd, RowState<kC>& st) {
+    const int lane = threadIdx.x % kWarp, tx = lane % kTx;
+    const float* slot = ps + threadIdx.x / kWarp * kWarpRows + lane / kTx * kRm;
+#pragma unroll 4
+    for (int k = 0; k < kBk; ++k) {
+        const float4 pv = *reinterpret_cast<const float4*>(slot + k * kPStride);
+        const float pr[kRm] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+            if (!kExact && 32 * c + 4 * tx >= hd) continue;
+            const float4 v = *reinterpret_cast<const float4*>(vs + k * hd + 32 * c + 4 * tx);
+#pragma unroll
+            for (int r = 0; r < kRm; ++r) {
+                st.o[r][c][0] = fmaf(pr[r], v.x, st.o[r][c][0]);
+                st.o[r][c][1] = fmaf(pr[r], v.y, st.o[r][c][1]);
+                st.o[r][c][2] = fmaf(pr[r], v.z, st.o[r][c][2]);
+                st.o[r][c][3] = fmaf(pr[r], v.w, st.o[r][c][3]);
+            }
+        }
+    }
+}
+
+// out = o / l for the lane's rows below nt (0 for a row that saw no key), l joined over the row's lanes.
+template <int kC, bool kExact>
+__device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, int64_t t0, int64_t h, int hd) {
+    const int lane = threadIdx.x % kWarp, tx = lane % kTx;
+    const int64_t row0 = t0 + threadIdx.x / kWarp * kWarpRows + lane / kTx;
+#pragma unroll
+    for (int r = 0; r < kRm; ++r) {
+        float l = st.l[r];
+#pragma unroll
+        for (int o = 1; o < kTx; o *= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+        const int64_t t = row0 + kTy * r;
+        if (t >= p.nt) continue;
+        float* out = p.out + (t * p.a.n_head + h) * hd;
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+            if (!kExact && 32 * c + 4 * tx >= hd) continue;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) out[32 * c + 4 * tx + e] = l > 0.0f ? st.o[r][c][e] / l : 0.0f;
+        }
+    }
+}
+
+// One block: query rows [t0, t0 + kBq) of head blockIdx.x, key tiles [0, ceil(hi / kBk)). K(i) is in
+// flight from the previous iteration (or before the loop); V(i) is copied during the scores, K(i + 1)
+// during P V. kC: 32-element column groups a lane may hold (head_dim <= 32 kC); kExact: head_dim == 32 kC.
+// (A minimum of 1 block per SM in the launch bounds: without it ptxas held the head_dim-64 instance to
+// 128 registers and spilled.)
+template <int kC, bool kExact>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillArgs p) {
+    begin_kernel();
+    extern __shared__ __align__(16) float sh[];
+    const int hd = kExact ? 32 * kC : int(p.a.head_dim);
+    const int64_t h = blockIdx.x, t0 = int64_t(gridDim.y - 1 - blockIdx.y) * kBq;  // heaviest tiles first
+    const int64_t col = h / (p.a.n_head / p.a.n_head_kv) * hd;
+    float* qs = sh;
+    float* ks = qs + kBq * (hd + kPad);
+    float* vs = ks + kBk * (hd + kPad);
+    float* ps = vs + kBk * hd;
+    const BlockKeys keys = block_keys(p, t0);
+    const int tiles = (keys.hi + kBk - 1) / kBk;
+    if (tiles > 0) load_tile(p.r.k, p.r, col, 0, keys.hi, hd, ks, hd + kPad);
+    stage_q(p, t0, h, hd, qs);
+    RowState<kC> st;
+#pragma unroll
+    for (int r = 0; r < kRm; ++r) {
+        st.m[r] = -INFINITY, st.l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kC; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[r][c][e] = 0.0f;
+    }
+    for (int i = 0; i < tiles; ++i) {
+        const int j0 = i * kBk;
+        cp_async_wait();
+        __syncthreads();  // K(i) and q are in; every warp is done with V(i - 1) and P(i - 1)
+        load_tile(p.r.v, p.r, col, j0, keys.hi, hd, vs, hd);
+        float s[kRm][kCk];
+        score_tile<kC, kExact>(qs, ks, hd, s);
+        softmax_tile<kC>(s, st, keys, j0, ps);
+        cp_async_wait();
+        __syncthreads();  // V(i) and P(i) are in; every warp is done with K(i)
+        if (i + 1 < tiles) load_tile(p.r.k, p.r, col, j0 + kBk, keys.hi, hd, ks, hd + kPad);
+        accumulate_tile<kC, kExact>(ps, vs, hd, st);
+    }
+    write_rows<kC, kExact>(p, st, t0, h, hd);
+}
+
+// Launches one instance, its dynamic shared-memory limit raised once to what its largest head needs.
+template <int kC, bool kExact>
+void launch_prefill(const PrefillArgs& p, Stream s) {
+    auto* kernel = attention_prefill_kernel<kC, kExact>;
+    static const bool raised = [&] {
+        check(int(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem_floats(32 * kC) * int64_t(sizeof(float))))),
+              "attention_prefill shared memory limit");
+        return true;
+    }();
+    (void)raised;
+    const dim3 grid(unsigned(p.a.n_head), unsigned((p.nt + kBq - 1) / kBq));
+    launch("attention_prefill kernel", kernel, grid, kThreads,
+           size_t(smem_floats(p.a.head_dim)) * sizeof(float), s, p);
+}
+
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
+                       float* out, Stream s) {
+    if (nt <= 0) return;
+    if (a.head_dim > 256 || a.head_dim <= 0 || a.head_dim % 4 != 0 || a.n_head_kv <= 0 ||
+        a.n_head % a.n_head_kv != 0)
+        throw Error("CUDA attention_prefill: unsupported head layout (head_dim " +
+                    std::to_string(a.head_dim) + ")");
+    if (r.n_embd % 4 != 0 || !aligned16(r.k) || !aligned16(r.v) || r.n_ctx > INT_MAX)
+        throw Error("CUDA attention_prefill: KV rows not 16-byte aligned or region too long");
+    if ((nt + kBq - 1) / kBq > 65535) throw Error("CUDA attention_prefill: too many query rows");
+    const PrefillArgs p{q, r, pos, out, a, nt};
+    if (a.head_dim == 64) return launch_prefill<2, true>(p, s);
+    if (a.head_dim == 128) return launch_prefill<4, true>(p, s);
+    if (a.head_dim <= 128) return launch_prefill<4, false>(p, s);
+    launch_prefill<8, false>(p, s);
+}
+
+}  // namespace minfer::cuda
