@@ -7,7 +7,7 @@
 //   rows; "" for all; warm: every call reads the same copy, so a matrix smaller than L2 is read from L2)
 //
 // Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels, and one for
-// the int8 kernels, "Q4_K/i"; Q6_K one in the padded layout, "Q6_K/p".
+// the int8 kernels, "Q4_K/i", and with x quantized once, "Q4_K/o"; Q6_K one in the padded layout, "Q6_K/p".
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,7 +41,9 @@ struct Shape {
 const Shape kShapes[] = {{"7b.qkv", 3584, 4608, false},       {"7b.o", 3584, 3584, false},
                          {"7b.gate_up", 3584, 18944, true},   {"7b.down", 18944, 3584, false},
                          {"7b.lm_head", 3584, 152064, false}, {"0.5b.gate_up", 896, 4864, true},
-                         {"0.5b.down", 4864, 896, false}};
+                         {"0.5b.down", 4864, 896, false},     {"1.5b.qkv", 1536, 2048, false},
+                         {"1.5b.o", 1536, 1536, false},       {"1.5b.gate_up", 1536, 8960, true},
+                         {"1.5b.down", 8960, 1536, false}};
 
 const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                            GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F16};
@@ -78,15 +80,17 @@ double copy_bandwidth(cudaStream_t s) {
     return 2.0 * 10 * double(n) / (ms * 1e-3);
 }
 
-enum class Layout { kBlocks, kTiled, kPadded, kInt8 };
+enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once };
 
 // The matrix in the block layout, or as the backend uploads Q4_K (tile_matrix, read by the tensor-core
-// kernels; or flagged int8_x, read by the int8 kernels) or Q6_K (pad_matrix). Bandwidth counts the bytes
+// kernels; or flagged int8_x, read by the int8 kernels with x staged by each block or quantized once by
+// quantize_x8, whose time counts) or Q6_K (pad_matrix). Bandwidth counts the bytes
 // read, padding included.
 void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, bool warm, cudaStream_t s,
            std::mt19937& rng) {
-    const bool tiled = layout == Layout::kTiled, padded = layout == Layout::kPadded,
-               i8 = layout == Layout::kInt8;
+    const bool once = layout == Layout::kInt8Once, i8 = layout == Layout::kInt8 || once;
+    const bool tiled = layout == Layout::kTiled,
+               padded = layout == Layout::kPadded || (i8 && t == GgmlType::Q6_K);
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
     const size_t stored = padded ? size_t(cuda::padded_row_bytes(t, sh.n_in) * sh.n_out) : host.size();
     const int64_t parts = sh.swiglu ? 2 : 1, bytes = int64_t(stored) * parts;
@@ -113,12 +117,16 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     check(cudaMalloc(&x, hx.size() * 4));
     check(cudaMalloc(&y, size_t(sh.n_out) * 4));
     check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    void* x8 = nullptr;
+    check(cudaMalloc(&x8, cuda::int8_x_bytes(sh.n_in)));
     const auto call = [&](int i) {
         const int c = i % copies;
         const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded, i8};
         if (sh.swiglu)
             cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded, i8}, x,
                                 1, y, s);
+        else if (once)
+            cuda::quantize_x8(x, sh.n_in, x8, s), cuda::matvec_x8(w, x8, y, nullptr, nullptr, s);
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
@@ -132,14 +140,12 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
-    const std::string name = std::string(quant_traits(t)->name) + (tiled    ? "/t"
-                                                                   : padded ? "/p"
-                                                                   : i8     ? "/i"
-                                                                            : "");
+    const char* suffix = once ? "/o" : i8 ? "/i" : tiled ? "/t" : padded ? "/p" : "";
+    const std::string name = std::string(quant_traits(t)->name) + suffix;
     std::printf("| %-13s | %-6s | %8.2f | %7.0f | %5.2f |\n", sh.name, name.c_str(), us, gbs,
                 gbs * 1e9 / peak);
     for (auto& m : mats) cudaFree(m);
-    cudaFree(x), cudaFree(y);
+    cudaFree(x), cudaFree(y), cudaFree(x8);
 }
 
 }  // namespace
@@ -164,6 +170,8 @@ int main(int argc, char** argv) {
                 bench(sh, t, Layout::kTiled, iters, peak, warm, s, rng);
             if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, warm, s, rng);
             if (cuda::dp4a_fits(t, sh.n_in)) bench(sh, t, Layout::kInt8, iters, peak, warm, s, rng);
+            if (cuda::dp4a_fits(t, sh.n_in) && !sh.swiglu)
+                bench(sh, t, Layout::kInt8Once, iters, peak, warm, s, rng);
         }
     return 0;
 }

@@ -74,6 +74,7 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
+    DeviceBuffer x8;          // one token's x as int8 (cuda::quantize_x8), for the int8_x matrices
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
@@ -144,7 +145,7 @@ struct CudaBackend::Impl {
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
     bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
-    bool int8 = !env_flag("MINFER_NO_DP4A");     // Q4_K decode on int8 dot products (int8_pays)
+    bool int8 = !env_flag("MINFER_NO_DP4A");     // Q4_K/Q6_K decode on int8 dot products (dp4a_fits)
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
@@ -205,13 +206,15 @@ struct CudaBackend::Impl {
 // with its FFN in the block layout.
 constexpr int64_t kTiledMinRows = 65536;
 
-// A Q4_K matrix takes one token's x as int8 (dp4a, QMatrix::int8_x) when it has more rows than columns:
-// every thread block quantizes x as it stages it, which pays where there are many rows per block. By
-// measurement (bench_cuda_matvec, f32 -> int8, us, same call): 7b.gate_up 33.2 -> 27.2, 7b.qkv 8.4 -> 7.2,
-// 7b.lm_head 131.4 -> 95.7 (108.5 tiled), but 7b.o 5.7 -> 6.8, 7b.down 20.1 -> 28.9, 0.5b.down 4.4 -> 5.2.
-bool int8_pays(int64_t rows, int64_t n_in) {
-    return rows > n_in;
-}
+// Every Q4_K or padded Q6_K matrix that fits takes one token's x as int8 (dp4a, QMatrix::int8_x): the
+// FFN's gate and up through matvec_swiglu, whose thread blocks each quantize x as they stage it; every
+// other product from x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By
+// measurement (bench_cuda_matvec, us, f32 -> staged / once, same call): 7b.gate_up 33.1 -> 27.1 / -,
+// 7b.qkv 8.4 -> 8.0 / 6.8, 7b.lm_head 131.2 -> 94.9 / 96.9 (108.5 tiled), 7b.down 20.0 -> 28.9 / 18.2,
+// 7b.o 5.7 -> 6.3 / 6.2. H200 tg128 (ab.sh): Q4_K only, f32 -> staged where rows > columns -> once for
+// the others: 7B Q4_K_M 400.6 -> 434.2 -> 441.8 tok/s, 1.5B 930.7 -> 923.6 -> 980.1; with Q6_K too
+// 7B 401 -> 466, 1.5B 931 -> 1,008, 0.5B 1,730 -> 1,790; then once for all but swiglu: 7B 466 -> 479,
+// 1.5B 1,007 -> 1,041.
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
@@ -231,9 +234,10 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
         int8_x = int8_x && cuda::dp4a_fits(w->type, w->n_in);
     }
     const WeightRef& first = **ws.begin();
-    int8_x = int8_x && int8_pays(rows, first.n_in);
     tiled = tiled && !int8_x && rows >= kTiledMinRows;
     padded = padded && !tiled;
+    int8_x = int8_x && (first.type != GgmlType::Q6_K || padded);  // the int8 kernels read Q6_K padded
+    if (int8_x) x8.reserve(cuda::int8_x_bytes(first.n_in));
     const auto stored_bytes = [&](const WeightRef& w) {
         return padded ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : bytes_of(w);
     };
@@ -452,6 +456,10 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
+    if (cuda::matvec_int8_x(w, nt)) {
+        cuda::quantize_x8(x, w.n_in, x8.ptr, stream);
+        return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
+    }
     if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
     gemm(w, x, nt, y, exact_weights);
     if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
@@ -483,12 +491,12 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         if (it == qkv.end()) throw Error("CUDA backend: no concatenated QKV weight for " + m.q.weight.name);
         const QMatrix& cat = it->second;  // [nq + nkv (+ nkv)] rows: Q, K (and V when of the same type)
         float* rows = fused.as<float>();
-        cuda::matvec(cat, q, nt, rows, nullptr, nullptr, stream);
+        matmul(cat, nullptr, q, nullptr, nt, rows, false);
         e.q_stride = e.k_stride = e.v_stride = cat.n_out;
         k = rows + nq, v = rows + nq + nkv;
         if (m.v.weight.type != m.q.weight.type) {  // uploaded apart (upload_all): V runs after the concat
             float* v_rows = rows + nt * cat.n_out;
-            cuda::matvec(mat(m.v.weight), q, nt, v_rows, nullptr, nullptr, stream);
+            matmul(mat(m.v.weight), nullptr, q, nullptr, nt, v_rows, false);
             v = v_rows, e.v_stride = nkv;
         }
         q = rows;

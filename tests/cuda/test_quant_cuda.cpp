@@ -145,17 +145,28 @@ void report_worst_ratio(double worst) {
 
 // How a matrix is laid out on the device: the GGUF block layout, tiled by tile_matrix (Q4_K), or padded
 // by pad_matrix (Q6_K).
-enum class Layout { kBlocks, kTiled, kPadded, kInt8 };
+// kInt8Once: int8_x, one token through quantize_x8 and matvec_x8 instead of matvec.
+enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once };
 
 const char* layout_name(Layout l) {
-    return l == Layout::kTiled    ? "tiled "
-           : l == Layout::kPadded ? "padded "
-           : l == Layout::kInt8   ? "int8 "
-                                  : "";
+    return l == Layout::kTiled      ? "tiled "
+           : l == Layout::kPadded   ? "padded "
+           : l == Layout::kInt8     ? "int8 "
+           : l == Layout::kInt8Once ? "int8 once "
+                                    : "";
+}
+
+bool is_int8(Layout l) {
+    return l == Layout::kInt8 || l == Layout::kInt8Once;
+}
+
+// Whether the matrix is padded: the padded layout, and Q6_K for the int8 kernels (which read it padded).
+bool pads(const HostMatrix& w, Layout l) {
+    return l == Layout::kPadded || (is_int8(l) && w.type == GgmlType::Q6_K);
 }
 
 size_t stored_bytes(const HostMatrix& w, Layout l) {
-    if (l == Layout::kPadded) return size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out);
+    if (pads(w, l)) return size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out);
     return l == Layout::kTiled ? w.bytes.size() : 0;
 }
 
@@ -164,15 +175,16 @@ struct DeviceMatrix {
     QMatrix qm;
     DeviceMatrix(const HostMatrix& w, Layout l)
         : raw(w.bytes), repacked(stored_bytes(w, l)), qm{w.type, raw.get(), w.n_in, w.n_out} {
-        qm.int8_x = l == Layout::kInt8;
-        if (l == Layout::kBlocks || l == Layout::kInt8) return;
+        qm.int8_x = is_int8(l);
+        const bool tiled = l == Layout::kTiled, padded = pads(w, l);
+        if (!tiled && !padded) return;
         TestStream s;
-        if (l == Layout::kTiled)
+        if (tiled)
             cuda::tile_matrix(qm, repacked.get(), s.get());
         else
             cuda::pad_matrix(qm, repacked.get(), s.get());
         s.sync();
-        qm = {w.type, repacked.get(), w.n_in, w.n_out, l == Layout::kTiled, l == Layout::kPadded};
+        qm = {w.type, repacked.get(), w.n_in, w.n_out, tiled, padded, is_int8(l)};
     }
 };
 
@@ -202,7 +214,14 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
                                    : e == Extra::kBiasResInPlace ? dy.get()
                                                                  : nullptr;
             const RefDots& ref = pick_ref(qm, nt, exact, int8);
-            cuda::matvec(qm, dx.get(), nt, dy.get(), has_bias ? dbias.get() : nullptr, res_ptr, s.get());
+            const float* bias_ptr = has_bias ? dbias.get() : nullptr;
+            if (layout == Layout::kInt8Once && nt == 1) {
+                DeviceBuffer<uint8_t> x8(cuda::int8_x_bytes(w.n_in));
+                cuda::quantize_x8(dx.get(), w.n_in, x8.get(), s.get());
+                cuda::matvec_x8(qm, x8.get(), dy.get(), bias_ptr, res_ptr, s.get());
+            } else {
+                cuda::matvec(qm, dx.get(), nt, dy.get(), bias_ptr, res_ptr, s.get());
+            }
             s.sync();
             const std::vector<float> y = dy.download();
             for (size_t k = 0; k < n; ++k) {
@@ -410,56 +429,73 @@ TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
         }
 }
 
-// Q4_K taking one token's x as int8 (QMatrix::int8_x, the dp4a kernels), against the product with
-// int8_x(x) within the same budget; more tokens take the f32 kernels. Row lengths from one super-block to
-// the most that is staged (112), so that warps split long rows of few-row matrices; 40001 rows of 256
-// make the thread blocks loop over many tiles.
+// Q4_K and padded Q6_K taking one token's x as int8 (QMatrix::int8_x, the dp4a kernels), against the
+// product with int8_x(x) within the same budget; more tokens take the f32 kernels. Row lengths from one
+// super-block to the most that is staged (112), so that warps split long rows of few-row matrices; 40001
+// rows of 256 make the thread blocks loop over many tiles.
 const int64_t kInt8In[] = {256, 768, 3584, 4864, 18944, 28672};
 const int64_t kInt8Out[] = {1, 7, 131, 1024};
 
-TEST(CudaInt8Q4K, MatvecMatchesReference) {
+class CudaInt8 : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(CudaInt8, MatvecMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
-    check_matvec_grid(GgmlType::Q4_K, Layout::kInt8, kInt8In, kInt8Out, 40001, 256, std::mt19937(5150));
+    check_matvec_grid(GetParam(), Layout::kInt8, kInt8In, kInt8Out, 40001, 256, std::mt19937(5150));
+}
+
+// x quantized once by its own kernel (quantize_x8, matvec_x8): the same products.
+TEST_P(CudaInt8, QuantizedOnceMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    check_matvec_grid(GetParam(), Layout::kInt8Once, kInt8In, kInt8Out, 9001, 512, std::mt19937(5151));
 }
 
 // x of every magnitude, and x = 0 (every block's scale 0, so q = 0 rather than 0 / 0).
-TEST(CudaInt8Q4K, MatvecScaledInputs) {
+TEST_P(CudaInt8, MatvecScaledInputs) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(23);
     double worst = 0.0;
-    for (float scale : {0.0f, 1e-20f, 1e-4f, 3e4f, 1e12f}) {
-        check_matvec(random_matrix(GgmlType::Q4_K, 64, 1024, rng), rng, worst, Layout::kInt8, scale);
-        if (HasFatalFailure()) return;
-    }
+    for (Layout l : {Layout::kInt8, Layout::kInt8Once})
+        for (float scale : {0.0f, 1e-20f, 1e-4f, 3e4f, 1e12f}) {
+            check_matvec(random_matrix(GetParam(), 64, 1024, rng), rng, worst, l, scale);
+            if (HasFatalFailure()) return;
+        }
     report_worst_ratio(worst);
 }
 
-TEST(CudaInt8Q4K, MatvecSwigluMatchesReference) {
+TEST_P(CudaInt8, MatvecSwigluMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(61);
     for (int64_t n_in : {256, 3584, 18944})
         for (int64_t n_out : {1, 131, 9001}) {
-            const HostMatrix gate = quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng);
-            check_swiglu(gate, quantized_matrix(GgmlType::Q4_K, n_out, n_in, rng), rng, Layout::kInt8);
+            const HostMatrix gate = quantized_matrix(GetParam(), n_out, n_in, rng);
+            check_swiglu(gate, quantized_matrix(GetParam(), n_out, n_in, rng), rng, Layout::kInt8);
             if (HasFatalFailure()) return;
         }
 }
 
+INSTANTIATE_TEST_SUITE_P(Types, CudaInt8, ::testing::Values(GgmlType::Q4_K, GgmlType::Q6_K), type_name);
+
 // The flag on a matrix the int8 kernels cannot read is refused, not computed wrongly.
-TEST(CudaInt8Q4K, FitsAndRefusals) {
+TEST(CudaInt8Api, FitsAndRefusals) {
     EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q4_K, 28672));
+    EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q6_K, 4096));
     EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q4_K, 28928));
-    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q6_K, 4096));
+    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q5_K, 4096));
     MINFER_SKIP_WITHOUT_GPU();
-    DeviceBuffer<uint8_t> w(size_t(210 * 16)), x(size_t(4096 * 4)), y(64);
-    const QMatrix q6{GgmlType::Q6_K, w.get(), 256, 16, false, false, true};
+    DeviceBuffer<uint8_t> w(size_t(224 * 16)), x(size_t(4096 * 4)), y(64);
+    const QMatrix q5{GgmlType::Q5_K, w.get(), 256, 16, false, false, true};
+    const QMatrix q6{GgmlType::Q6_K, w.get(), 256, 16, false, false, true};  // not padded
     const auto* xf = reinterpret_cast<const float*>(x.get());
     auto* yf = reinterpret_cast<float*>(y.get());
-    EXPECT_THROW(cuda::matvec(q6, xf, 1, yf, nullptr, nullptr, nullptr), Error);
-    EXPECT_THROW(cuda::matvec_swiglu(q6, q6, xf, 1, yf, nullptr), Error);
+    for (const QMatrix& m : {q5, q6}) {
+        EXPECT_THROW(cuda::matvec(m, xf, 1, yf, nullptr, nullptr, nullptr), Error);
+        EXPECT_THROW(cuda::matvec_swiglu(m, m, xf, 1, yf, nullptr), Error);
+        EXPECT_THROW(cuda::matvec_x8(m, x.get(), yf, nullptr, nullptr, nullptr), Error);
+    }
     const QMatrix q4{GgmlType::Q4_K, w.get(), 256, 16};
     const QMatrix q4_int8{GgmlType::Q4_K, w.get(), 256, 16, false, false, true};
     EXPECT_THROW(cuda::matvec_swiglu(q4, q4_int8, xf, 1, yf, nullptr), Error) << "layouts differ";
+    EXPECT_THROW(cuda::quantize_x8(xf, 100, x.get(), nullptr), Error) << "not whole super-blocks";
 }
 
 TEST(CudaTiledQ4K, DequantBitExact) {

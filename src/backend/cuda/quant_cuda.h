@@ -56,8 +56,17 @@ constexpr int kMaxMatvecTokens = 8;
 // the exact product with that x up to f32 rounding, as the CPU's K-quant dot products take x as int8
 // (per 256 elements there).
 bool matvec_int8_x(const QMatrix& w, int64_t nt);
-// Whether a matrix may be flagged int8_x: Q4_K in the block layout, n_in <= 28672 (x staged in 42 KB).
+// Whether a matrix may be flagged int8_x: Q4_K in the block layout or Q6_K padded, n_in a multiple of 256
+// up to 28672 (x staged in 42 KB).
 bool dp4a_fits(GgmlType t, int64_t n_in);
+
+// matvec's int8 kernels quantize x in every thread block, which pays for matrices with many rows per
+// block. For the others, x can be quantized once: quantize_x8 writes the int8 x of one token (n_in a
+// multiple of 256) to x8 (int8_x_bytes(n_in) bytes, 16-byte aligned), and matvec_x8 computes y = W x (+
+// bias) (+ res) from it for an int8_x matrix, the same values as matvec with nt = 1.
+size_t int8_x_bytes(int64_t n_in);
+void quantize_x8(const float* x, int64_t n_in, void* x8, Stream s);
+void matvec_x8(const QMatrix& w, const void* x8, float* y, const float* bias, const float* res, Stream s);
 void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
             Stream s);
 
