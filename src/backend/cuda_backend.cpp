@@ -100,13 +100,14 @@ struct CudaBackend::Impl {
         int64_t calls = 0;
     };
     bool profile = env_flag("MINFER_CUDA_PROFILE");
-    // Prefill attention as cuBLAS products around a score matrix (attention_gemm), or with
-    // MINFER_PREFILL_ATTN=flash as the query-tiled kernel (cuda::attention_prefill). H200 pp512 (tok/s,
-    // gemm -> flash): 7B Q4_K_M 20,661 -> 20,897, at depth 3584 10,543 -> 10,380; 0.5B 94,512 -> 81,330,
-    // at depth 3584 37,331 -> 22,258 (too few blocks of 2 warps for 14 heads).
+    // Prefill attention as the query-tiled kernel (cuda::attention_prefill), or with
+    // MINFER_PREFILL_ATTN=gemm as cuBLAS products around a score matrix (attention_gemm), which needs
+    // n_head * tokens * n_ctx floats of scratch. H200 pp512 (tok/s, gemm -> flash, same call): 0.5B
+    // Q4_K_M 96,556 -> 109,946, at depth 3584 37,298 -> 48,566; 7B Q4_K_M 20,630 -> 21,332, at depth
+    // 3584 10,590 -> 10,395.
     bool gemm_attention = [] {
         const char* v = std::getenv("MINFER_PREFILL_ATTN");
-        return !(v && std::string_view(v) == "flash");
+        return v && std::string_view(v) == "gemm";
     }();
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};

@@ -1,9 +1,11 @@
 // The query-tiled prefill attention kernel (cuda::attention_prefill) against attention_ref, with the
 // budget of its summation order (attention_prefill_tol in attn_test_util.h). Query tiles are 32 rows and
 // key tiles 32 keys, so the row counts cover one partial tile (9), whole tiles (64), one row past them
-// (65, 130) and a full micro-batch (512); the positions start at 0, mid-tile (45) and deep (1000). The
-// region's rows past the last position hold random data, so reading a key too many changes the result.
-// Skipped without a GPU.
+// (65, 130) and a full micro-batch (512); the positions start at 0, mid-tile (45) and deep (1000, 3584).
+// Small grids (few heads or rows) split the keys over a thread-block cluster (up to 8 blocks) that merges
+// its partial softmaxes; most cases here run split, and short contexts in long regions leave splits
+// without keys. The region's rows past the last position hold random data, so reading a key too many
+// changes the result. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,6 +100,38 @@ TEST(CudaAttnPrefill, SharpSoftmax) {
     check_prefill(kAttnShapes[0], consecutive(130, 45), 200, false, rng, 8.0f);
     check_prefill(kAttnShapes[3], consecutive(512, 1000), 1600, true, rng, 6.0f);
     check_prefill(kAttnShapes[1], consecutive(65, 1000), 1100, false, rng, 8.0f);
+}
+
+// Few heads over a long context: the keys split over 8 blocks that merge (Qwen2.5-0.5B's 14/2 heads at
+// depth 3584, 512 rows over 4096 keys; a head of 128 and the generic instances), with a sharp softmax
+// (the splits' maxima far apart), and positions in no order, where rows see no key of some splits.
+TEST(CudaAttnPrefill, SplitKeys) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(1616);
+    check_prefill(kAttnShapes[0], consecutive(512, 3584), 4096, true, rng);
+    check_prefill(kAttnShapes[1], consecutive(512, 3584), 4096, false, rng);
+    check_prefill({4, 2, 256}, consecutive(130, 2000), 2200, false, rng);
+    check_prefill({6, 2, 96}, consecutive(65, 1500), 1600, true, rng);
+    check_prefill(kAttnShapes[0], consecutive(100, 3000), 3100, false, rng, 8.0f);
+    const int64_t n_ctx = 3000;
+    std::uniform_int_distribution<int32_t> dist(0, int32_t(n_ctx + 20));
+    Pos scattered(200);
+    for (auto& p : scattered) p = dist(rng);
+    scattered[0] = 0, scattered[1] = 40, scattered[2] = int32_t(n_ctx - 1), scattered[3] = int32_t(n_ctx + 5);
+    check_prefill(kAttnShapes[0], scattered, n_ctx, true, rng);
+    check_prefill(kAttnShapes[5], scattered, n_ctx, false, rng);
+}
+
+// Short contexts in a long region: the host sizes the splits by the region, each block its share by its
+// rows' keys, so some splits get none and leave. Query tiles of 1 or 2 key tiles have one active split
+// (no merge), the others 2 to 8 (at n_past 0 and 512 rows, as Qwen2.5-0.5B at depth 0).
+TEST(CudaAttnPrefill, EmptySplits) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(1717);
+    const AttnCase cases[] = {kAttnShapes[0], kAttnShapes[1], {5, 5, 40}};
+    for (size_t i = 0; i < std::size(cases); ++i)
+        for (auto [nt, n_past] : {std::pair<int64_t, int32_t>{9, 0}, {130, 0}, {65, 50}, {512, 0}})
+            check_prefill(cases[i], consecutive(nt, n_past), 4096, (i + size_t(nt)) % 2 == 0, rng);
 }
 
 // Head layouts the kernel does not serve are refused before anything runs.

@@ -10,6 +10,17 @@
 // whole; the tiles a block walks end at the largest key count of its rows, from the positions on the
 // device (any order; pos[t] = n_past + t in practice, where only the last tile or two are masked).
 //
+// Small grids split the keys (flash-decoding style): grid z holds up to 8 splits of each (head, query
+// tile), one thread-block cluster, each walking a run of the tiles and merging its rows' partial
+// softmaxes (max, sum, unnormalized output, the latter over its Q rows in shared memory) with the
+// others' through distributed shared memory: no second kernel, no partials in global memory. The host
+// sizes the splits (about kBlocksPerSm blocks per SM: Qwen2.5-0.5B's 14 heads x 16 query tiles at 512
+// rows run 8 splits, Qwen2.5-7B's 28 x 16 run 4) from the grid and the region, as it does not know the
+// positions; each block finds its run from its rows' key count, runs of at least kMinTiles tiles, so a
+// short context has fewer active splits and the idle blocks exit at once (a cluster barrier waits only
+// for threads that have not exited). One split per head of 224 blocks of 2 warps on 132 SMs was
+// latency-bound: H200 pp512 at depth 3584, Qwen2.5-0.5B 22,258 tok/s against 37,331 with cuBLAS.
+//
 // One block per query head, not per KV head serving its group: the group's blocks for one query tile
 // are adjacent in launch order (grid x is the head), so they read the same K and V rows from L2, and a
 // block per KV head would leave Qwen2.5-0.5B (2 KV heads) with 32 blocks at 512 tokens, or need
@@ -17,9 +28,12 @@
 // first. Shared-memory traffic per FMA: a lane's score step over 4 elements of the head loads 4 float4
 // of Q (the same for the row's 8 lanes) and 4 of K (a warp reads 8 rows, padded onto distinct banks)
 // for 64 FMAs; its P V step per key loads one float4 of P and hd/32 of V for hd/2 FMAs. ptxas (sm_90):
-// 154 registers at head_dim 64, 186 at 128, no spills; 30 and 55 KB of shared memory per block.
+// 156 registers at head_dim 64, 192 at 128, no spills; 30 and 55 KB of shared memory per block (6 and 4
+// blocks per SM).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -45,6 +59,9 @@ constexpr int kBk = kTx * kCk;              // keys per tile
 constexpr int kPad = 4;                     // floats after each Q and K row: rows start on distinct banks
 constexpr int kPStride = kBq + 4;           // P is [kBk][kPStride]
 static_assert(kBq == kWarp, "block_keys gives each lane one row of the block");
+constexpr int kMaxSplits = 8;     // blocks per cluster: the portable cluster size
+constexpr int kMinTiles = 2;      // key tiles a split gets before the next split gets any
+constexpr int kBlocksPerSm = 12;  // the grid is split until it has about this many blocks per SM
 
 struct PrefillArgs {
     const float* q;
@@ -53,6 +70,8 @@ struct PrefillArgs {
     float* out;
     AttnShape a;
     int64_t nt;
+    int splits;  // blocks along z, one cluster; each walks a share of the key tiles
+    bool q_vec;  // q and q_stride on 16-byte boundaries
 };
 
 // Shared memory of a block, in floats: Q [kBq][hd + kPad], K [kBk][hd + kPad], V [kBk][hd], P.
@@ -101,12 +120,46 @@ __device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0) {
     return k;
 }
 
-// q * scale of the block's rows into qs; rows past nt are zero.
+// The key tiles [first, last) of this block's split: the block's ceil(hi / kBk) tiles cut into runs of
+// `per` (at least kMinTiles), split z taking run z; `active` splits get a run (1 when there is no key).
+// Every block of the cluster sees the same rows, hence the same share.
+struct KeyShare {
+    int first, last, active;
+};
+
+__device__ KeyShare key_share(int hi, int splits) {
+    const int tiles = (hi + kBk - 1) / kBk, per = max(kMinTiles, (tiles + splits - 1) / splits);
+    const int first = int(blockIdx.z) * per;
+    return {min(first, tiles), min(first + per, tiles), max(1, (tiles + per - 1) / per)};
+}
+
+// q * scale of the block's rows into qs; rows past nt are zero. Rows on 16-byte boundaries (q_vec) are
+// copied 16 bytes at a time with cp.async, which also waits for the copies already in flight (the first
+// K tile), then each thread scales what it copied; other rows are read one float at a time.
 __device__ void stage_q(const PrefillArgs& p, int64_t t0, int64_t h, int hd, float* qs) {
-    for (int k = threadIdx.x; k < kBq * hd; k += kThreads) {
-        const int i = k / hd, d = k % hd;
-        const int64_t t = t0 + i;
-        qs[i * (hd + kPad) + d] = t < p.nt ? p.q[t * p.a.q_stride + h * hd + d] * p.a.scale : 0.0f;
+    const float* src = p.q + h * hd;
+    if (!p.q_vec) {
+        for (int k = threadIdx.x; k < kBq * hd; k += kThreads) {
+            const int i = k / hd, d = k % hd;
+            const int64_t t = t0 + i;
+            qs[i * (hd + kPad) + d] = t < p.nt ? src[t * p.a.q_stride + d] * p.a.scale : 0.0f;
+        }
+        return;
+    }
+    const int q4 = hd / 4;
+    for (int k = threadIdx.x; k < kBq * q4; k += kThreads) {
+        const int i = k / q4, c = k % q4;
+        float* dst = qs + i * (hd + kPad) + 4 * c;
+        if (t0 + i < p.nt)
+            cp_async16(dst, src + (t0 + i) * p.a.q_stride + 4 * c);
+        else
+            *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+    cp_async_wait();
+    for (int k = threadIdx.x; k < kBq * q4; k += kThreads) {
+        float4& v = *reinterpret_cast<float4*>(qs + k / q4 * (hd + kPad) + 4 * (k % q4));
+        v.x *= p.a.scale, v.y *= p.a.scale, v.z *= p.a.scale, v.w *= p.a.scale;
     }
 }
 
@@ -215,16 +268,21 @@ __device__ void accumulate_tile(const float* ps, const float* vs, int hd, RowSta
     }
 }
 
-// out = o / l for the lane's rows below nt (0 for a row that saw no key), l joined over the row's lanes.
+// A row's sum: the lane's share joined over the row's kTx lanes, in the same order in every lane.
+__device__ float row_sum(float l) {
+#pragma unroll
+    for (int o = 1; o < kTx; o *= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    return l;
+}
+
+// out = o / l for the lane's rows below nt (0 for a row that saw no key): the block held every key.
 template <int kC, bool kExact>
 __device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, int64_t t0, int64_t h, int hd) {
     const int lane = threadIdx.x % kWarp, tx = lane % kTx;
     const int64_t row0 = t0 + threadIdx.x / kWarp * kWarpRows + lane / kTx;
 #pragma unroll
     for (int r = 0; r < kRm; ++r) {
-        float l = st.l[r];
-#pragma unroll
-        for (int o = 1; o < kTx; o *= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+        const float l = row_sum(st.l[r]);
         const int64_t t = row0 + kTy * r;
         if (t >= p.nt) continue;
         float* out = p.out + (t * p.a.n_head + h) * hd;
@@ -237,27 +295,74 @@ __device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, int64_t
     }
 }
 
-// One block: query rows [t0, t0 + kBq) of head blockIdx.x, key tiles [0, ceil(hi / kBk)). K(i) is in
-// flight from the previous iteration (or before the loop); V(i) is copied during the scores, K(i + 1)
-// during P V. kC: 32-element column groups a lane may hold (head_dim <= 32 kC); kExact: head_dim == 32 kC.
-// (A minimum of 1 block per SM in the launch bounds: without it ptxas held the head_dim-64 instance to
-// 128 registers and spilled.)
+// A split's state for merge_splits: the unnormalized output of the lane's rows over their Q rows in qs
+// (row stride hd + kPad; Q is no longer read, and only this warp read its rows), each row's max and sum
+// into ml.
 template <int kC, bool kExact>
-__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillArgs p) {
-    begin_kernel();
-    extern __shared__ __align__(16) float sh[];
-    const int hd = kExact ? 32 * kC : int(p.a.head_dim);
-    const int64_t h = blockIdx.x, t0 = int64_t(gridDim.y - 1 - blockIdx.y) * kBq;  // heaviest tiles first
-    const int64_t col = h / (p.a.n_head / p.a.n_head_kv) * hd;
-    float* qs = sh;
-    float* ks = qs + kBq * (hd + kPad);
-    float* vs = ks + kBk * (hd + kPad);
-    float* ps = vs + kBk * hd;
-    const BlockKeys keys = block_keys(p, t0);
-    const int tiles = (keys.hi + kBk - 1) / kBk;
-    if (tiles > 0) load_tile(p.r.k, p.r, col, 0, keys.hi, hd, ks, hd + kPad);
-    stage_q(p, t0, h, hd, qs);
-    RowState<kC> st;
+__device__ void store_split(const RowState<kC>& st, int hd, float* qs, float2* ml) {
+    const int lane = threadIdx.x % kWarp, tx = lane % kTx;
+    const int row0 = threadIdx.x / kWarp * kWarpRows + lane / kTx;
+#pragma unroll
+    for (int r = 0; r < kRm; ++r) {
+        const float l = row_sum(st.l[r]);
+        const int row = row0 + kTy * r;
+        if (tx == 0) ml[row] = make_float2(st.m[r], l);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+            if (!kExact && 32 * c + 4 * tx >= hd) continue;
+            *reinterpret_cast<float4*>(qs + row * (hd + kPad) + 32 * c + 4 * tx) =
+                make_float4(st.o[r][c][0], st.o[r][c][1], st.o[r][c][2], st.o[r][c][3]);
+        }
+    }
+}
+
+// The active splits of a cluster merge their states through distributed shared memory: split z writes
+// rows z, z + active, ... of the block's rows, 4 elements a thread, every split's state loaded before
+// any is used, then merged in split order (splits where the row saw no key skipped): out = sum_s o_s f_s /
+// sum_s l_s f_s with f_s = expf(m_s - m), m the largest m_s. Splits past `active` have exited: a cluster
+// barrier waits only for the threads that have not.
+__device__ void merge_splits(const PrefillArgs& p, const float* qs, const float2* ml, int64_t t0, int64_t h,
+                             int hd, int active) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every active split's state is written
+    const int z = int(cluster.block_rank()), q4 = hd / 4, rows = (kBq - z + active - 1) / active;
+    for (int k = threadIdx.x; k < rows * q4; k += kThreads) {
+        const int i = z + active * (k / q4), c = k % q4;
+        const int64_t t = t0 + i;
+        if (t >= p.nt) continue;
+        float2 ms[kMaxSplits];
+        float4 os[kMaxSplits];
+#pragma unroll
+        for (int s = 0; s < kMaxSplits; ++s) {
+            if (s >= active) break;
+            ms[s] = cluster.map_shared_rank(ml, s)[i];
+            os[s] = reinterpret_cast<const float4*>(cluster.map_shared_rank(qs, s) + i * (hd + kPad))[c];
+        }
+        float m = -INFINITY, l = 0.0f;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int s = 0; s < kMaxSplits; ++s)
+            if (s < active && ms[s].y > 0.0f) m = fmaxf(m, ms[s].x);
+#pragma unroll
+        for (int s = 0; s < kMaxSplits; ++s) {
+            if (s >= active || ms[s].y == 0.0f) continue;
+            const float f = expf(ms[s].x - m);
+            l = fmaf(ms[s].y, f, l);
+            acc.x = fmaf(os[s].x, f, acc.x), acc.y = fmaf(os[s].y, f, acc.y);
+            acc.z = fmaf(os[s].z, f, acc.z), acc.w = fmaf(os[s].w, f, acc.w);
+        }
+        float* out = p.out + (t * p.a.n_head + h) * hd + 4 * c;
+        out[0] = l > 0.0f ? acc.x / l : 0.0f, out[1] = l > 0.0f ? acc.y / l : 0.0f;
+        out[2] = l > 0.0f ? acc.z / l : 0.0f, out[3] = l > 0.0f ? acc.w / l : 0.0f;
+    }
+    cluster.sync();  // no block leaves while another still reads its state
+#endif
+}
+
+template <int kC>
+__device__ void init_state(RowState<kC>& st) {
 #pragma unroll
     for (int r = 0; r < kRm; ++r) {
         st.m[r] = -INFINITY, st.l[r] = 0.0f;
@@ -266,7 +371,33 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillA
 #pragma unroll
             for (int e = 0; e < 4; ++e) st.o[r][c][e] = 0.0f;
     }
-    for (int i = 0; i < tiles; ++i) {
+}
+
+// One block: query rows [t0, t0 + kBq) of head blockIdx.x, its split's key tiles [first, last) of
+// [0, ceil(hi / kBk)). K(i) is in flight from the previous iteration (or before the loop); V(i) is copied
+// during the scores, K(i + 1) during P V. kC: 32-element column groups a lane may hold (head_dim <= 32
+// kC); kExact: head_dim == 32 kC. (A minimum of 1 block per SM in the launch bounds: without it ptxas
+// held the head_dim-64 instance to 128 registers and spilled.)
+template <int kC, bool kExact>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillArgs p) {
+    begin_kernel();
+    extern __shared__ __align__(16) float sh[];
+    __shared__ float2 ml[kBq];  // each row's max and sum when the splits merge
+    const int hd = kExact ? 32 * kC : int(p.a.head_dim);
+    const int64_t h = blockIdx.x, t0 = int64_t(gridDim.y - 1 - blockIdx.y) * kBq;  // heaviest tiles first
+    const int64_t col = h / (p.a.n_head / p.a.n_head_kv) * hd;
+    float* qs = sh;
+    float* ks = qs + kBq * (hd + kPad);
+    float* vs = ks + kBk * (hd + kPad);
+    float* ps = vs + kBk * hd;
+    const BlockKeys keys = block_keys(p, t0);
+    const KeyShare share = key_share(keys.hi, p.splits);
+    if (int(blockIdx.z) >= share.active) return;  // no keys here: no part in the merge
+    if (share.first < share.last) load_tile(p.r.k, p.r, col, share.first * kBk, keys.hi, hd, ks, hd + kPad);
+    stage_q(p, t0, h, hd, qs);
+    RowState<kC> st;
+    init_state<kC>(st);
+    for (int i = share.first; i < share.last; ++i) {
         const int j0 = i * kBk;
         cp_async_wait();
         __syncthreads();  // K(i) and q are in; every warp is done with V(i - 1) and P(i - 1)
@@ -276,10 +407,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillA
         softmax_tile<kC>(s, st, keys, j0, ps);
         cp_async_wait();
         __syncthreads();  // V(i) and P(i) are in; every warp is done with K(i)
-        if (i + 1 < tiles) load_tile(p.r.k, p.r, col, j0 + kBk, keys.hi, hd, ks, hd + kPad);
+        if (i + 1 < share.last) load_tile(p.r.k, p.r, col, j0 + kBk, keys.hi, hd, ks, hd + kPad);
         accumulate_tile<kC, kExact>(ps, vs, hd, st);
     }
-    write_rows<kC, kExact>(p, st, t0, h, hd);
+    if (share.active == 1) return write_rows<kC, kExact>(p, st, t0, h, hd);
+    store_split<kC, kExact>(st, hd, qs, ml);
+    merge_splits(p, qs, ml, t0, h, hd, share.active);
 }
 
 // Launches one instance, its dynamic shared-memory limit raised once to what its largest head needs.
@@ -293,9 +426,20 @@ void launch_prefill(const PrefillArgs& p, Stream s) {
         return true;
     }();
     (void)raised;
-    const dim3 grid(unsigned(p.a.n_head), unsigned((p.nt + kBq - 1) / kBq));
-    launch("attention_prefill kernel", kernel, grid, kThreads,
-           size_t(smem_floats(p.a.head_dim)) * sizeof(float), s, p);
+    const dim3 grid(unsigned(p.a.n_head), unsigned((p.nt + kBq - 1) / kBq), unsigned(p.splits));
+    launch_clustered("attention_prefill kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kThreads,
+                     size_t(smem_floats(p.a.head_dim)) * sizeof(float), s, p);
+}
+
+// Splits of the keys: enough for about kBlocksPerSm blocks per SM, at most kMaxSplits, and no more than
+// the region's tiles feed with kMinTiles each (the blocks find their own share from the positions, on
+// the device); 1 without clusters.
+int prefill_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
+    if (!block_clusters()) return 1;
+    const int64_t blocks = a.n_head * ((nt + kBq - 1) / kBq), want = kBlocksPerSm * (gpu_warps() / kWarp);
+    const int64_t fed = ((n_ctx + kBk - 1) / kBk + kMinTiles - 1) / kMinTiles;
+    return int(std::clamp<int64_t>((want + blocks - 1) / blocks, 1,
+                                   std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, fed))));
 }
 
 bool aligned16(const void* p) {
@@ -314,7 +458,8 @@ void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, in
     if (r.n_embd % 4 != 0 || !aligned16(r.k) || !aligned16(r.v) || r.n_ctx > INT_MAX)
         throw Error("CUDA attention_prefill: KV rows not 16-byte aligned or region too long");
     if ((nt + kBq - 1) / kBq > 65535) throw Error("CUDA attention_prefill: too many query rows");
-    const PrefillArgs p{q, r, pos, out, a, nt};
+    const PrefillArgs p{
+        q, r, pos, out, a, nt, prefill_splits(a, nt, r.n_ctx), aligned16(q) && a.q_stride % 4 == 0};
     if (a.head_dim == 64) return launch_prefill<2, true>(p, s);
     if (a.head_dim == 128) return launch_prefill<4, true>(p, s);
     if (a.head_dim <= 128) return launch_prefill<4, false>(p, s);

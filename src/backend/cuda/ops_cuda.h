@@ -55,8 +55,9 @@ void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt
                float* out, Stream s);
 // The same attention for prefill (nt > kMaxMatvecTokens), query-tiled: a block per 32 query rows of a
 // head walks key tiles of 32 in shared memory with an online softmax, no score matrix in memory; the keys
-// a block walks end at its rows' largest position (read on the device, in any order). head_dim % 4 == 0,
-// at most 256; K and V rows 16-byte aligned.
+// a block walks end at its rows' largest position (read on the device, in any order). When the grid is
+// small, the keys are split over the blocks of a thread-block cluster, which merge their softmaxes.
+// head_dim % 4 == 0, at most 256; K and V rows 16-byte aligned.
 void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
                        float* out, Stream s);
 
