@@ -146,7 +146,7 @@ struct CudaBackend::Impl {
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
     bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
-    bool int8 = !env_flag("MINFER_NO_DP4A");     // Q4_K/Q6_K decode on int8 dot products (dp4a_fits)
+    bool int8 = env_flag("MINFER_INT8_DECODE");  // Q4_K/Q6_K decode on int8 dot products (dp4a_fits)
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
@@ -207,7 +207,8 @@ struct CudaBackend::Impl {
 // with its FFN in the block layout.
 constexpr int64_t kTiledMinRows = 65536;
 
-// Every Q4_K or padded Q6_K matrix that fits takes one token's x as int8 (dp4a, QMatrix::int8_x): the
+// With MINFER_INT8_DECODE=1 (as on the CPU: faster, no longer exact; the default keeps f32 products),
+// every Q4_K or padded Q6_K matrix that fits takes one token's x as int8 (dp4a, QMatrix::int8_x): the
 // FFN's gate and up through matvec_swiglu, whose thread blocks each quantize x as they stage it; every
 // other product from x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By
 // measurement (bench_cuda_matvec, us, f32 -> staged / once, same call): 7b.gate_up 33.1 -> 27.1 / -,

@@ -115,12 +115,12 @@ struct TypeCase {
     // Budgets relative to the largest |logit|: prefill activations enter cuBLAS as half (one half for
     // quantized weights: 2^-11 relative rounding; hi + lo halves for F16/BF16/F32 weights: f32-like), and
     // decode (after a prompt of at most kMaxMatvecTokens, which takes the same path) runs f32
-    // matrix-vector kernels whose only difference to the CPU is summation order (MINFER_NO_DP4A=1).
-    // With Q4_K's int8 decode products, x is rounded to 1/254 of its 32-element block's largest
-    // magnitude, 8x coarser than half's 2^-11: 8x the prefill budget, and no token-for-token equality
-    // (a near tie may flip).
+    // matrix-vector kernels whose only difference to the CPU is summation order. With
+    // MINFER_INT8_DECODE=1 (Q4_K and Q6_K on int8 dot products), x is rounded to 1/254 of its
+    // 32-element block's largest magnitude, 8x coarser than half's 2^-11: 8x the prefill budget, and no
+    // token-for-token equality (a near tie may flip).
     float prefill_budget, decode_budget;
-    int64_t n_vocab = 512;  // 65536: Q4_K's output head is uploaded tiled (tensor-core decode)
+    int64_t n_vocab = 512;  // 65536: Q4_K's output head is uploaded tiled (tensor-core decode), or int8
 };
 
 class CudaVsCpu : public ::testing::TestWithParam<TypeCase> {};
@@ -144,13 +144,13 @@ TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
     // Decode after a prompt short enough for the matrix-vector kernels, so the KV rows are f32-exact too.
     const std::vector<int32_t> short_prompt(ids.begin(), ids.begin() + cuda::kMaxMatvecTokens);
     std::vector<float> lc, lg, l8;
-    const std::vector<int32_t> tc = decode(cpu, short_prompt, 16, lc), t8 = decode(gpu, short_prompt, 16, l8);
-    EXPECT_LE(max_abs_diff(l8, lc), 8.0f * c.prefill_budget * max_abs(lc)) << "decode logits, int8 products";
-    const EnvGuard f32_only("MINFER_NO_DP4A", "1");
-    Session gpu_f32(*m, {128, 2, BackendKind::Cuda});
-    const std::vector<int32_t> tg = decode(gpu_f32, short_prompt, 16, lg);
+    const std::vector<int32_t> tc = decode(cpu, short_prompt, 16, lc), tg = decode(gpu, short_prompt, 16, lg);
     EXPECT_LE(max_abs_diff(lg, lc), c.decode_budget * max_abs(lc)) << "decode logits, f32 products";
     EXPECT_EQ(tg, tc);
+    const EnvGuard int8("MINFER_INT8_DECODE", "1");
+    Session gpu_int8(*m, {128, 2, BackendKind::Cuda});
+    decode(gpu_int8, short_prompt, 16, l8);
+    EXPECT_LE(max_abs_diff(l8, lc), 8.0f * c.prefill_budget * max_abs(lc)) << "decode logits, int8 products";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,

@@ -53,8 +53,8 @@ constexpr int kMaxMatvecTokens = 8;
 // Whether one token's products with w take x as int8: w.int8_x and nt == 1. Then matvec and
 // matvec_swiglu run int8 dot products (quant_dp4a.h) and x is taken per 32 consecutive elements as d * q,
 // d = max|x| / 127, q = x * (127 / max|x|) rounded to nearest even (q = 0 when max|x| = 0); the result is
-// the exact product with that x up to f32 rounding, as the CPU's K-quant dot products take x as int8
-// (per 256 elements there).
+// the exact product with that x up to f32 rounding (llama.cpp's arithmetic, as the CPU's
+// MINFER_INT8_DECODE=1; the backend flags matrices only then).
 bool matvec_int8_x(const QMatrix& w, int64_t nt);
 // Whether a matrix may be flagged int8_x: Q4_K in the block layout or Q6_K padded, n_in a multiple of 256
 // up to 28672 (x staged in 42 KB).
