@@ -7,7 +7,8 @@
 //   rows; "" for all; warm: every call reads the same copy, so a matrix smaller than L2 is read from L2)
 //
 // Q4_K shapes that fit the tiled layout get a second row, "Q4_K/t": the tensor-core kernels, and one for
-// the int8 kernels, "Q4_K/i", and with x quantized once, "Q4_K/o"; Q6_K one in the padded layout, "Q6_K/p".
+// the int8 kernels with x staged by every block, "Q4_K/i" (one level) and "/i2" (two), and with x quantized
+// once, "/o" and "/o2"; Q6_K one in the padded layout, "Q6_K/p", and the same int8 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -80,15 +81,19 @@ double copy_bandwidth(cudaStream_t s) {
     return 2.0 * 10 * double(n) / (ms * 1e-3);
 }
 
-enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once };
+// Int8 layouts: x staged by every block or quantized once (Once), one level or two (X2).
+enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once, kInt8X2, kInt8X2Once };
 
 // The matrix in the block layout, or as the backend uploads Q4_K (tile_matrix, read by the tensor-core
-// kernels; or flagged int8_x, read by the int8 kernels with x staged by each block or quantized once by
+// kernels; or taking x as int8, read by the int8 kernels with x staged by each block or quantized once by
 // quantize_x8, whose time counts) or Q6_K (pad_matrix). Bandwidth counts the bytes
 // read, padding included.
 void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, bool warm, cudaStream_t s,
            std::mt19937& rng) {
-    const bool once = layout == Layout::kInt8Once, i8 = layout == Layout::kInt8 || once;
+    const bool once = layout == Layout::kInt8Once || layout == Layout::kInt8X2Once;
+    const bool x2 = layout == Layout::kInt8X2 || layout == Layout::kInt8X2Once;
+    const bool i8 = once || x2 || layout == Layout::kInt8;
+    const cuda::XQuant xq = !i8 ? cuda::XQuant::kF32 : x2 ? cuda::XQuant::kInt8x2 : cuda::XQuant::kInt8;
     const bool tiled = layout == Layout::kTiled,
                padded = layout == Layout::kPadded || (i8 && t == GgmlType::Q6_K);
     const std::vector<uint8_t> host = host_matrix(t, sh.n_in, sh.n_out, rng);
@@ -118,15 +123,15 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     check(cudaMalloc(&y, size_t(sh.n_out) * 4));
     check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     void* x8 = nullptr;
-    check(cudaMalloc(&x8, cuda::int8_x_bytes(sh.n_in)));
+    check(cudaMalloc(&x8, cuda::int8_x_bytes(cuda::XQuant::kInt8x2, sh.n_in)));
     const auto call = [&](int i) {
         const int c = i % copies;
-        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded, i8};
+        const cuda::QMatrix w{t, mats[size_t(c * parts)], sh.n_in, sh.n_out, tiled, padded, xq};
         if (sh.swiglu)
-            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded, i8}, x,
+            cuda::matvec_swiglu(w, {t, mats[size_t(c * parts + 1)], sh.n_in, sh.n_out, tiled, padded, xq}, x,
                                 1, y, s);
         else if (once)
-            cuda::quantize_x8(x, sh.n_in, x8, s), cuda::matvec_x8(w, x8, y, nullptr, nullptr, s);
+            cuda::quantize_x8(x, sh.n_in, xq, x8, s), cuda::matvec_x8(w, x8, y, nullptr, nullptr, s);
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
@@ -140,7 +145,11 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
-    const char* suffix = once ? "/o" : i8 ? "/i" : tiled ? "/t" : padded ? "/p" : "";
+    const char* suffix = once     ? (x2 ? "/o2" : "/o")
+                         : i8     ? (x2 ? "/i2" : "/i")
+                         : tiled  ? "/t"
+                         : padded ? "/p"
+                                  : "";
     const std::string name = std::string(quant_traits(t)->name) + suffix;
     std::printf("| %-13s | %-6s | %8.2f | %7.0f | %5.2f |\n", sh.name, name.c_str(), us, gbs,
                 gbs * 1e9 / peak);
@@ -169,9 +178,10 @@ int main(int argc, char** argv) {
             if (cuda::tiles_fit(t, sh.n_in, sh.n_out))
                 bench(sh, t, Layout::kTiled, iters, peak, warm, s, rng);
             if (cuda::pads_fit(t)) bench(sh, t, Layout::kPadded, iters, peak, warm, s, rng);
-            if (cuda::dp4a_fits(t, sh.n_in)) bench(sh, t, Layout::kInt8, iters, peak, warm, s, rng);
-            if (cuda::dp4a_fits(t, sh.n_in) && !sh.swiglu)
-                bench(sh, t, Layout::kInt8Once, iters, peak, warm, s, rng);
+            if (!cuda::dp4a_fits(t, sh.n_in)) continue;
+            for (Layout l : {Layout::kInt8, Layout::kInt8X2, Layout::kInt8Once, Layout::kInt8X2Once})
+                if (!sh.swiglu || l == Layout::kInt8 || l == Layout::kInt8X2)
+                    bench(sh, t, l, iters, peak, warm, s, rng);
         }
     return 0;
 }

@@ -62,6 +62,14 @@ struct DeviceBuffer {
     }
 };
 
+// How decode products of Q4_K and Q6_K take x, as on the CPU: by default as two int8 levels per element
+// (the CPU's int8x2, within max|x| / 64516 of each 32-element block), MINFER_INT8_DECODE=1 as one
+// (llama.cpp's arithmetic: faster, no longer exact), MINFER_EXACT_DECODE=1 in f32.
+cuda::XQuant decode_x_format() {
+    if (env_flag("MINFER_EXACT_DECODE")) return cuda::XQuant::kF32;
+    return env_flag("MINFER_INT8_DECODE") ? cuda::XQuant::kInt8 : cuda::XQuant::kInt8x2;
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -74,7 +82,7 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
-    DeviceBuffer x8;          // one token's x as int8 (cuda::quantize_x8), for the int8_x matrices
+    DeviceBuffer x8;          // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
@@ -146,7 +154,7 @@ struct CudaBackend::Impl {
     }
     bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
     bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
-    bool int8 = env_flag("MINFER_INT8_DECODE");  // Q4_K/Q6_K decode on int8 dot products (dp4a_fits)
+    cuda::XQuant decode_x = decode_x_format();   // how Q4_K/Q6_K decode products take x (dp4a_fits)
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
@@ -207,16 +215,20 @@ struct CudaBackend::Impl {
 // with its FFN in the block layout.
 constexpr int64_t kTiledMinRows = 65536;
 
-// With MINFER_INT8_DECODE=1 (as on the CPU: faster, no longer exact; the default keeps f32 products),
-// every Q4_K or padded Q6_K matrix that fits takes one token's x as int8 (dp4a, QMatrix::int8_x): the
-// FFN's gate and up through matvec_swiglu, whose thread blocks each quantize x as they stage it; every
-// other product from x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By
-// measurement (bench_cuda_matvec, us, f32 -> staged / once, same call): 7b.gate_up 33.1 -> 27.1 / -,
-// 7b.qkv 8.4 -> 8.0 / 6.8, 7b.lm_head 131.2 -> 94.9 / 96.9 (108.5 tiled), 7b.down 20.0 -> 28.9 / 18.2,
-// 7b.o 5.7 -> 6.3 / 6.2. H200 tg128 (ab.sh): Q4_K only, f32 -> staged where rows > columns -> once for
-// the others: 7B Q4_K_M 400.6 -> 434.2 -> 441.8 tok/s, 1.5B 930.7 -> 923.6 -> 980.1; with Q6_K too
-// 7B 401 -> 466, 1.5B 931 -> 1,008, 0.5B 1,730 -> 1,790; then once for all but swiglu: 7B 466 -> 479,
-// 1.5B 1,007 -> 1,041.
+// Which Q4_K / padded Q6_K matrices that fit take one token's x as int8 (dp4a, QMatrix::xq). The FFN's
+// gate and up go through matvec_swiglu, whose thread blocks each quantize x as they stage it; every other
+// product reads x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By measurement
+// (bench_cuda_matvec, us, same call), f32 -> int8 staged / once -> int8x2 staged / once:
+// - 7b.gate_up Q4_K 33.2 -> 26.9 / - -> 32.0 / -; 7b.qkv 8.4 -> 7.0 / 8.1 -> 9.7 / 8.5;
+// - 7b.o 5.7 -> 6.7 / 7.6 -> 6.8 / 6.2; 7b.down 20.1 -> 28.1 / 20.1 -> 33.1 / 21.2;
+// - 7b.lm_head 131.3 (109.0 tiled) -> 94.5 / 107.6 -> 115.5 / 115.2;
+// - Q6_K (padded f32): 7b.down 29.7 -> 35.3 / 25.8 -> 37.9 / 27.4, 7b.lm_head 151.8 -> 137.4 / 134.4 ->
+//   143.4 / 142.1.
+// Every such matrix takes it, in either format: in the model that beat the per-matrix choice these cold,
+// one-kernel numbers suggest (the cause is not measured). H200 tg128 (ab.sh, f32 -> int8 / int8x2):
+// 7B Q4_K_M 401 -> 479-483 / 433, 1.5B 931 -> 1,026-1,041 / 921, 0.5B 1,728 -> 1,790-1,811 / 1,794.
+// Taking int8x2 only where it won alone (Q6_K, and the FFN's gate and up) measured slower in the model:
+// 7B 423, 1.5B 909, 0.5B 1,742.
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
@@ -227,7 +239,7 @@ constexpr int64_t kTiledMinRows = 65536;
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
     size_t total = 0, stored = 0;
     int64_t rows = 0;
-    bool tiled = may_tile && tiling, padded = padding, int8_x = int8;
+    bool tiled = may_tile && tiling, padded = padding, int8_x = decode_x != cuda::XQuant::kF32;
     for (const WeightRef* w : ws) {
         total += bytes_of(*w);
         rows += w->n_out;
@@ -239,7 +251,8 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
     tiled = tiled && !int8_x && rows >= kTiledMinRows;
     padded = padded && !tiled;
     int8_x = int8_x && (first.type != GgmlType::Q6_K || padded);  // the int8 kernels read Q6_K padded
-    if (int8_x) x8.reserve(cuda::int8_x_bytes(first.n_in));
+    const cuda::XQuant xq = int8_x ? decode_x : cuda::XQuant::kF32;
+    if (int8_x) x8.reserve(cuda::int8_x_bytes(xq, first.n_in));
     const auto stored_bytes = [&](const WeightRef& w) {
         return padded ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : bytes_of(w);
     };
@@ -251,14 +264,14 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
     for (const WeightRef* w : ws) {
         MINFER_CUDA_CHECK(
             cudaMemcpyAsync(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice, stream));
-        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded, int8_x};
+        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded, xq};
         off += bytes_of(*w);
         at += stored_bytes(*w);
     }
     if (tiled) cuda::tile_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
     if (padded) cuda::pad_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
     if (tiled || padded) MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded, int8_x};
+    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded, xq};
 }
 
 void CudaBackend::Impl::upload_vector(const WeightRef& w) {
@@ -459,7 +472,7 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
     if (cuda::matvec_int8_x(w, nt)) {
-        cuda::quantize_x8(x, w.n_in, x8.ptr, stream);
+        cuda::quantize_x8(x, w.n_in, w.xq, x8.ptr, stream);
         return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
     }
     if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, res, stream);

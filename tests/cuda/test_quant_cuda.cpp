@@ -1,6 +1,6 @@
 // CUDA quant kernels (backend/cuda/quant_cuda.h) against the CPU reference traits: matvec and
 // matvec_swiglu within a stated rounding budget (against the product with x as the kernel takes it: int8
-// for cuda::matvec_int8_x, see int8_x), dequant_f32 / get_rows bit-exact with to_float_ref, and
+// for cuda::matvec_int8_x, see quantized_x), dequant_f32 / get_rows bit-exact with to_float_ref, and
 // dequant_f16 equal to to_float_ref rounded to the nearest half. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/quant_cuda.h"
@@ -98,12 +99,21 @@ RefDots reference_dots(const HostMatrix& w, const std::vector<X>& x, int64_t nt)
     return r;
 }
 
-// x as the int8 kernels take it (cuda::matvec_int8_x): per 32 elements d * q, d = max|x| / 127, q =
-// x * (127 / max|x|) rounded to nearest even, each product d * q exact in double. The same f32 operations
-// as the kernel's, so a tie or a scale off by one ulp is not hidden by the budget: a q off by one moves a
-// product by d |w|, far above it.
-std::vector<double> int8_x(const std::vector<float>& x) {
+// x as the int8 kernels take it (cuda::matvec_int8_x), each product d * level exact in double: for
+// kInt8 per 32 elements d * q, d = max|x| / 127, q = x * (127 / max|x|) rounded to nearest even, the
+// same f32 operations as the kernel's, so a tie or a scale off by one ulp is not hidden by the budget (a
+// q off by one moves a product by d |w|, far above it); for kInt8x2 d * (254 hi + lo) from the CPU's own
+// quantize_q8x2 (quantize_x2_ref), which QuantizeX2MatchesCpu checks the kernel against bit for bit.
+std::vector<double> quantized_x(const std::vector<float>& x, cuda::XQuant xq) {
     std::vector<double> q(x.size());
+    if (xq == cuda::XQuant::kInt8x2) {
+        std::vector<uint8_t> blocks(act_x2_row_bytes(int64_t(x.size())));
+        traits(GgmlType::Q8_0).quantize_x2_ref(x.data(), blocks.data(), int64_t(x.size()));
+        const auto* b = reinterpret_cast<const quants::BlockQ8X2*>(blocks.data());
+        for (size_t i = 0; i < x.size(); ++i)
+            q[i] = double(b[i / 32].d) * double(254 * b[i / 32].hi[i % 32] + b[i / 32].lo[i % 32]);
+        return q;
+    }
     for (size_t b = 0; b + 32 <= x.size(); b += 32) {
         float amax = 0.0f;
         for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -113,7 +123,7 @@ std::vector<double> int8_x(const std::vector<float>& x) {
     return q;
 }
 
-// The reference of nt tokens: with x itself, or with int8_x(x) where the kernel takes x as int8.
+// The reference of nt tokens: with x itself, or with quantized_x(x) where the kernel takes x as int8.
 const RefDots& pick_ref(const QMatrix& qm, int64_t nt, const RefDots& exact, const RefDots& int8) {
     return cuda::matvec_int8_x(qm, nt) ? int8 : exact;
 }
@@ -144,20 +154,39 @@ void report_worst_ratio(double worst) {
 }
 
 // How a matrix is laid out on the device: the GGUF block layout, tiled by tile_matrix (Q4_K), or padded
-// by pad_matrix (Q6_K).
-// kInt8Once: int8_x, one token through quantize_x8 and matvec_x8 instead of matvec.
-enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once };
+// by pad_matrix (Q6_K); the int8 layouts take one token's x as int8 (one level or two, X2), through
+// matvec or (Once) through quantize_x8 and matvec_x8.
+enum class Layout { kBlocks, kTiled, kPadded, kInt8, kInt8Once, kInt8X2, kInt8X2Once };
 
 const char* layout_name(Layout l) {
-    return l == Layout::kTiled      ? "tiled "
-           : l == Layout::kPadded   ? "padded "
-           : l == Layout::kInt8     ? "int8 "
-           : l == Layout::kInt8Once ? "int8 once "
-                                    : "";
+    switch (l) {
+        case Layout::kTiled:
+            return "tiled ";
+        case Layout::kPadded:
+            return "padded ";
+        case Layout::kInt8:
+            return "int8 ";
+        case Layout::kInt8Once:
+            return "int8 once ";
+        case Layout::kInt8X2:
+            return "int8x2 ";
+        case Layout::kInt8X2Once:
+            return "int8x2 once ";
+        default:
+            return "";
+    }
 }
 
+cuda::XQuant xq_of(Layout l) {
+    if (l == Layout::kInt8 || l == Layout::kInt8Once) return cuda::XQuant::kInt8;
+    if (l == Layout::kInt8X2 || l == Layout::kInt8X2Once) return cuda::XQuant::kInt8x2;
+    return cuda::XQuant::kF32;
+}
 bool is_int8(Layout l) {
-    return l == Layout::kInt8 || l == Layout::kInt8Once;
+    return xq_of(l) != cuda::XQuant::kF32;
+}
+bool is_once(Layout l) {
+    return l == Layout::kInt8Once || l == Layout::kInt8X2Once;
 }
 
 // Whether the matrix is padded: the padded layout, and Q6_K for the int8 kernels (which read it padded).
@@ -175,7 +204,7 @@ struct DeviceMatrix {
     QMatrix qm;
     DeviceMatrix(const HostMatrix& w, Layout l)
         : raw(w.bytes), repacked(stored_bytes(w, l)), qm{w.type, raw.get(), w.n_in, w.n_out} {
-        qm.int8_x = is_int8(l);
+        qm.xq = xq_of(l);
         const bool tiled = l == Layout::kTiled, padded = pads(w, l);
         if (!tiled && !padded) return;
         TestStream s;
@@ -184,7 +213,7 @@ struct DeviceMatrix {
         else
             cuda::pad_matrix(qm, repacked.get(), s.get());
         s.sync();
-        qm = {w.type, repacked.get(), w.n_in, w.n_out, tiled, padded, is_int8(l)};
+        qm = {w.type, repacked.get(), w.n_in, w.n_out, tiled, padded, xq_of(l)};
     }
 };
 
@@ -195,7 +224,8 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
     std::vector<float> x = gaussian(rng, kMaxTokens * w.n_in);
     for (float& v : x) v *= x_scale;
     const std::vector<float> bias = gaussian(rng, w.n_out), res = gaussian(rng, kMaxTokens * w.n_out);
-    const RefDots exact = reference_dots(w, x, kMaxTokens), int8 = reference_dots(w, int8_x(x), 1);
+    const RefDots exact = reference_dots(w, x, kMaxTokens);
+    const RefDots int8 = reference_dots(w, quantized_x(x, xq_of(layout)), 1);
     const DeviceMatrix dw(w, layout);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
     const QMatrix& qm = dw.qm;
@@ -215,9 +245,9 @@ void check_matvec(const HostMatrix& w, std::mt19937& rng, double& worst, Layout 
                                                                  : nullptr;
             const RefDots& ref = pick_ref(qm, nt, exact, int8);
             const float* bias_ptr = has_bias ? dbias.get() : nullptr;
-            if (layout == Layout::kInt8Once && nt == 1) {
-                DeviceBuffer<uint8_t> x8(cuda::int8_x_bytes(w.n_in));
-                cuda::quantize_x8(dx.get(), w.n_in, x8.get(), s.get());
+            if (is_once(layout) && nt == 1) {
+                DeviceBuffer<uint8_t> x8(cuda::int8_x_bytes(qm.xq, w.n_in));
+                cuda::quantize_x8(dx.get(), w.n_in, qm.xq, x8.get(), s.get());
                 cuda::matvec_x8(qm, x8.get(), dy.get(), bias_ptr, res_ptr, s.get());
             } else {
                 cuda::matvec(qm, dx.get(), nt, dy.get(), bias_ptr, res_ptr, s.get());
@@ -243,7 +273,8 @@ void check_swiglu(const HostMatrix& gate, const HostMatrix& up, std::mt19937& rn
                   Layout layout = Layout::kBlocks) {
     const std::vector<float> x = gaussian(rng, kMaxTokens * gate.n_in);
     const RefDots g_exact = reference_dots(gate, x, kMaxTokens), u_exact = reference_dots(up, x, kMaxTokens);
-    const RefDots g_int8 = reference_dots(gate, int8_x(x), 1), u_int8 = reference_dots(up, int8_x(x), 1);
+    const std::vector<double> xq = quantized_x(x, xq_of(layout));
+    const RefDots g_int8 = reference_dots(gate, xq, 1), u_int8 = reference_dots(up, xq, 1);
     const DeviceMatrix dg(gate, layout), du(up, layout);
     DeviceBuffer<float> dx(x);
     TestStream s;
@@ -429,24 +460,31 @@ TEST(CudaTiledQ4K, MatvecSwigluMatchesReference) {
         }
 }
 
-// Q4_K and padded Q6_K taking one token's x as int8 (QMatrix::int8_x, the dp4a kernels), against the
-// product with int8_x(x) within the same budget; more tokens take the f32 kernels. Row lengths from one
-// super-block to the most that is staged (112), so that warps split long rows of few-row matrices; 40001
-// rows of 256 make the thread blocks loop over many tiles.
-const int64_t kInt8In[] = {256, 768, 3584, 4864, 18944, 28672};
+// Q4_K and padded Q6_K taking one token's x as int8 (QMatrix::xq, the dp4a kernels), one level or two,
+// against the product with quantized_x(x) within the same budget; more tokens take the f32 kernels. Row
+// lengths from one super-block to the most that is staged (74), so that warps split long rows of few-row
+// matrices; 40001 rows of 256 make the thread blocks loop over many tiles.
+const int64_t kInt8In[] = {256, 768, 3584, 4864, 18944};
 const int64_t kInt8Out[] = {1, 7, 131, 1024};
 
-class CudaInt8 : public ::testing::TestWithParam<GgmlType> {};
+using Int8Case = std::tuple<GgmlType, cuda::XQuant>;
+class CudaInt8 : public ::testing::TestWithParam<Int8Case> {
+  protected:
+    GgmlType type() const { return std::get<0>(GetParam()); }
+    bool two() const { return std::get<1>(GetParam()) == cuda::XQuant::kInt8x2; }
+    Layout staged() const { return two() ? Layout::kInt8X2 : Layout::kInt8; }
+    Layout once() const { return two() ? Layout::kInt8X2Once : Layout::kInt8Once; }
+};
 
 TEST_P(CudaInt8, MatvecMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
-    check_matvec_grid(GetParam(), Layout::kInt8, kInt8In, kInt8Out, 40001, 256, std::mt19937(5150));
+    check_matvec_grid(type(), staged(), kInt8In, kInt8Out, 40001, 256, std::mt19937(5150));
 }
 
 // x quantized once by its own kernel (quantize_x8, matvec_x8): the same products.
 TEST_P(CudaInt8, QuantizedOnceMatchesReference) {
     MINFER_SKIP_WITHOUT_GPU();
-    check_matvec_grid(GetParam(), Layout::kInt8Once, kInt8In, kInt8Out, 9001, 512, std::mt19937(5151));
+    check_matvec_grid(type(), once(), kInt8In, kInt8Out, 9001, 512, std::mt19937(5151));
 }
 
 // x of every magnitude, and x = 0 (every block's scale 0, so q = 0 rather than 0 / 0).
@@ -454,9 +492,9 @@ TEST_P(CudaInt8, MatvecScaledInputs) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(23);
     double worst = 0.0;
-    for (Layout l : {Layout::kInt8, Layout::kInt8Once})
+    for (Layout l : {staged(), once()})
         for (float scale : {0.0f, 1e-20f, 1e-4f, 3e4f, 1e12f}) {
-            check_matvec(random_matrix(GetParam(), 64, 1024, rng), rng, worst, l, scale);
+            check_matvec(random_matrix(type(), 64, 1024, rng), rng, worst, l, scale);
             if (HasFatalFailure()) return;
         }
     report_worst_ratio(worst);
@@ -467,24 +505,63 @@ TEST_P(CudaInt8, MatvecSwigluMatchesReference) {
     std::mt19937 rng(61);
     for (int64_t n_in : {256, 3584, 18944})
         for (int64_t n_out : {1, 131, 9001}) {
-            const HostMatrix gate = quantized_matrix(GetParam(), n_out, n_in, rng);
-            check_swiglu(gate, quantized_matrix(GetParam(), n_out, n_in, rng), rng, Layout::kInt8);
+            const HostMatrix gate = quantized_matrix(type(), n_out, n_in, rng);
+            check_swiglu(gate, quantized_matrix(type(), n_out, n_in, rng), rng, staged());
             if (HasFatalFailure()) return;
         }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CudaInt8, ::testing::Values(GgmlType::Q4_K, GgmlType::Q6_K), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, CudaInt8,
+                         ::testing::Combine(::testing::Values(GgmlType::Q4_K, GgmlType::Q6_K),
+                                            ::testing::Values(cuda::XQuant::kInt8, cuda::XQuant::kInt8x2)),
+                         [](const auto& info) {
+                             return std::string(traits(std::get<0>(info.param)).name) +
+                                    (std::get<1>(info.param) == cuda::XQuant::kInt8x2 ? "_x2" : "_x1");
+                         });
 
-// The flag on a matrix the int8 kernels cannot read is refused, not computed wrongly.
+// quantize_x8's two-level x is the CPU's quantize_q8x2, bit for bit: every level, every step, and the
+// half sums as d * (254 sum hi + sum lo), over Gaussian x with a zero block and outliers.
+TEST(CudaInt8Api, QuantizeX2MatchesCpu) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(88);
+    const int64_t n = 4864, nb = n / 256;
+    std::vector<float> x = gaussian(rng, n);
+    std::fill_n(x.begin() + 64, 32, 0.0f);
+    x[300] = 1e4f, x[1001] = -3e-3f;
+    std::vector<uint8_t> cpu(act_x2_row_bytes(n));
+    traits(GgmlType::Q8_0).quantize_x2_ref(x.data(), cpu.data(), n);
+    const auto* b = reinterpret_cast<const quants::BlockQ8X2*>(cpu.data());
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint8_t> x8(cuda::int8_x_bytes(cuda::XQuant::kInt8x2, n));
+    cuda::quantize_x8(dx.get(), n, cuda::XQuant::kInt8x2, x8.get(), nullptr);
+    MINFER_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> got = x8.download();
+    const auto* meta = reinterpret_cast<const float*>(got.data() + nb * 512);
+    for (int64_t e = 0; e < n; ++e) {
+        const int64_t sb = e / 256, i = e % 256, blk = e / 32, half = i % 64 / 32;
+        const int64_t k = 2 * (i / 64) + i % 32 / 16, pos = sb * 512 + half * 128 + k * 16 + i % 16;
+        ASSERT_EQ(int8_t(got[size_t(pos)]), b[blk].hi[e % 32]) << "hi level of element " << e;
+        ASSERT_EQ(int8_t(got[size_t(pos + 256)]), b[blk].lo[e % 32]) << "lo level of element " << e;
+        const float* m = meta + (sb * 8 + k) * 4;
+        ASSERT_EQ(m[half], b[blk].d) << "step of element " << e;
+        int sum = 0;
+        for (int64_t l = e / 16 * 16; l < e / 16 * 16 + 16; ++l)
+            sum += 254 * b[l / 32].hi[l % 32] + b[l / 32].lo[l % 32];
+        ASSERT_EQ(m[2 + half], b[blk].d * float(sum)) << "half sum of element " << e;
+    }
+}
+
 TEST(CudaInt8Api, FitsAndRefusals) {
-    EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q4_K, 28672));
+    EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q4_K, 18944));
     EXPECT_TRUE(cuda::dp4a_fits(GgmlType::Q6_K, 4096));
-    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q4_K, 28928));
+    EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q4_K, 19200));
     EXPECT_FALSE(cuda::dp4a_fits(GgmlType::Q5_K, 4096));
     MINFER_SKIP_WITHOUT_GPU();
     DeviceBuffer<uint8_t> w(size_t(224 * 16)), x(size_t(4096 * 4)), y(64);
-    const QMatrix q5{GgmlType::Q5_K, w.get(), 256, 16, false, false, true};
-    const QMatrix q6{GgmlType::Q6_K, w.get(), 256, 16, false, false, true};  // not padded
+    const auto i8 = cuda::XQuant::kInt8;
+    const QMatrix q5{GgmlType::Q5_K, w.get(), 256, 16, false, false, i8};
+    const QMatrix q6{GgmlType::Q6_K, w.get(), 256, 16, false, false, i8};  // not padded
+    const QMatrix q4_f32{GgmlType::Q4_K, w.get(), 256, 16};
     const auto* xf = reinterpret_cast<const float*>(x.get());
     auto* yf = reinterpret_cast<float*>(y.get());
     for (const QMatrix& m : {q5, q6}) {
@@ -492,10 +569,13 @@ TEST(CudaInt8Api, FitsAndRefusals) {
         EXPECT_THROW(cuda::matvec_swiglu(m, m, xf, 1, yf, nullptr), Error);
         EXPECT_THROW(cuda::matvec_x8(m, x.get(), yf, nullptr, nullptr, nullptr), Error);
     }
-    const QMatrix q4{GgmlType::Q4_K, w.get(), 256, 16};
-    const QMatrix q4_int8{GgmlType::Q4_K, w.get(), 256, 16, false, false, true};
-    EXPECT_THROW(cuda::matvec_swiglu(q4, q4_int8, xf, 1, yf, nullptr), Error) << "layouts differ";
-    EXPECT_THROW(cuda::quantize_x8(xf, 100, x.get(), nullptr), Error) << "not whole super-blocks";
+    EXPECT_THROW(cuda::matvec_x8(q4_f32, x.get(), yf, nullptr, nullptr, nullptr), Error) << "x in f32";
+    const QMatrix q4_int8{GgmlType::Q4_K, w.get(), 256, 16, false, false, i8};
+    const QMatrix q4_x2{GgmlType::Q4_K, w.get(), 256, 16, false, false, cuda::XQuant::kInt8x2};
+    EXPECT_THROW(cuda::matvec_swiglu(q4_f32, q4_int8, xf, 1, yf, nullptr), Error) << "layouts differ";
+    EXPECT_THROW(cuda::matvec_swiglu(q4_x2, q4_int8, xf, 1, yf, nullptr), Error) << "layouts differ";
+    EXPECT_THROW(cuda::quantize_x8(xf, 100, i8, x.get(), nullptr), Error) << "not whole super-blocks";
+    EXPECT_THROW(cuda::quantize_x8(xf, 256, cuda::XQuant::kF32, x.get(), nullptr), Error) << "no format";
 }
 
 TEST(CudaTiledQ4K, DequantBitExact) {

@@ -18,14 +18,18 @@ using Stream = CUstream_st*;
 // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool quant_supported(GgmlType t);
 
+// How one token's products with a matrix take x (matvec_int8_x): in f32, or quantized per 32 elements
+// for int8 dot products, with one level (llama.cpp's arithmetic) or two (the CPU's default decode).
+enum class XQuant : uint8_t { kF32, kInt8, kInt8x2 };
+
 // Rows are output features: w holds n_out rows of n_in elements, each row in its block layout.
 struct QMatrix {
     GgmlType type;
     const void* data;  // device
     int64_t n_in, n_out;
-    bool tiled = false;   // rows in tile_matrix's layout instead of the block layout
-    bool padded = false;  // Q6_K blocks padded to 16-byte aligned 224 bytes by pad_matrix
-    bool int8_x = false;  // one token's products take x as int8 (matvec_int8_x; needs dp4a_fits)
+    bool tiled = false;        // rows in tile_matrix's layout instead of the block layout
+    bool padded = false;       // Q6_K blocks padded to 16-byte aligned 224 bytes by pad_matrix
+    XQuant xq = XQuant::kF32;  // how one token's products take x (matvec_int8_x; int8 needs dp4a_fits)
 };
 
 // Q6_K's 210-byte blocks are only 2-byte aligned, so its kernels load them 32 bits at a time and join
@@ -50,22 +54,24 @@ void tile_matrix(const QMatrix& raw, void* dst, Stream s);
 // y[t][r] = sum_i w[r][i] * x[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
 // alias y) for t < nt, 1 <= nt <= kMaxMatvecTokens. x: [nt][n_in], y: [nt][n_out].
 constexpr int kMaxMatvecTokens = 8;
-// Whether one token's products with w take x as int8: w.int8_x and nt == 1. Then matvec and
-// matvec_swiglu run int8 dot products (quant_dp4a.h) and x is taken per 32 consecutive elements as d * q,
-// d = max|x| / 127, q = x * (127 / max|x|) rounded to nearest even (q = 0 when max|x| = 0); the result is
-// the exact product with that x up to f32 rounding (llama.cpp's arithmetic, as the CPU's
-// MINFER_INT8_DECODE=1; the backend flags matrices only then).
+// Whether one token's products with w take x as int8: w.xq is not kF32 and nt == 1. Then matvec and
+// matvec_swiglu run int8 dot products (quant_dp4a.h) on x quantized per 32 consecutive elements:
+// - kInt8 (llama.cpp's arithmetic, the CPU's MINFER_INT8_DECODE=1): d * q, d = max|x| / 127, q = x *
+//   (127 / max|x|) rounded to nearest even (q = 0 when max|x| = 0);
+// - kInt8x2 (the CPU's default decode, quantize_q8x2): d * (254 hi + lo), d = max|x| / (127 * 254), hi =
+//   rint(x / (254 d)), lo = rint((x - 254 d hi) / d), within max|x| / 64516 of x;
+// and the result is the exact product with that x up to f32 rounding.
 bool matvec_int8_x(const QMatrix& w, int64_t nt);
-// Whether a matrix may be flagged int8_x: Q4_K in the block layout or Q6_K padded, n_in a multiple of 256
-// up to 28672 (x staged in 42 KB).
+// Whether a matrix may take x as int8: Q4_K in the block layout or Q6_K padded, n_in a multiple of 256 up
+// to 18944 (two-level x staged in 46 KB).
 bool dp4a_fits(GgmlType t, int64_t n_in);
 
 // matvec's int8 kernels quantize x in every thread block, which pays for matrices with many rows per
-// block. For the others, x can be quantized once: quantize_x8 writes the int8 x of one token (n_in a
-// multiple of 256) to x8 (int8_x_bytes(n_in) bytes, 16-byte aligned), and matvec_x8 computes y = W x (+
-// bias) (+ res) from it for an int8_x matrix, the same values as matvec with nt = 1.
-size_t int8_x_bytes(int64_t n_in);
-void quantize_x8(const float* x, int64_t n_in, void* x8, Stream s);
+// block. For the others, x can be quantized once: quantize_x8 writes one token's x (n_in a multiple of
+// 256) in format xq to x8 (int8_x_bytes(xq, n_in) bytes, 16-byte aligned), and matvec_x8 computes y = W x
+// (+ bias) (+ res) from it for a matrix with that w.xq, the same values as matvec with nt = 1.
+size_t int8_x_bytes(XQuant xq, int64_t n_in);
+void quantize_x8(const float* x, int64_t n_in, XQuant xq, void* x8, Stream s);
 void matvec_x8(const QMatrix& w, const void* x8, float* y, const float* bias, const float* res, Stream s);
 void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float* bias, const float* res,
             Stream s);

@@ -1,17 +1,20 @@
-// Q4_K decode products on the int8 dot-product instruction (dp4a). The f32 kernels of quant_matvec.cu
-// spend about five instructions per weight turning 4-bit levels into floats (ncu: ALU-bound at half of
-// the DRAM bandwidth); here one 32-bit word of levels becomes two words of bytes (one AND, one shift and
-// AND) and two dp4a multiply them with eight int8 values of x at once, so a weight costs well under one
-// instruction.
+// Q4_K and Q6_K decode products on the int8 dot-product instruction (dp4a). The f32 kernels of
+// quant_matvec.cu spend about five instructions per weight turning 4-bit levels into floats (ncu:
+// ALU-bound at half of the DRAM bandwidth); here one 32-bit word of levels becomes a word of bytes in one
+// or two logic operations and one dp4a multiplies it with four int8 values of x, so a weight costs about
+// one instruction.
 //
-// x is quantized to int8 by every thread block as it stages x in shared memory, per 32 consecutive
-// elements (one Q4_K sub-block): d = max|x| / 127, q = rint(x * 127 / max|x|), and the sum of its 16-element
-// halves d * sum(q) for the minimum terms. Eight lanes share a super-block (256 weights, 144 bytes): lane k
-// loads the 16-byte header (d, dmin, scales) and the 16 bytes of levels 16k.. of the super-block, whose
-// low nibbles are elements 16 (k % 2).. of sub-block 2 (k / 2) and whose high nibbles the same elements of
-// the next sub-block, and x is laid out in shared memory so that its 16 + 16 bytes of x sit at 16k and
-// 128 + 16k of the super-block's 256 (conflict-free 16-byte loads), with a float4 of the two sub-blocks'
-// d and half sums after all levels. A warp thus walks four super-blocks of a row per step.
+// x is quantized per 32 consecutive elements (one Q4_K sub-block, two Q6_K sub-blocks), either to one
+// int8 level (XQuant::kInt8, llama.cpp's arithmetic: d = max|x| / 127, q = rint(x / d)) or to two
+// (kInt8x2, the CPU's default decode arithmetic: d = max|x| / (127 * 254), x ~ d * (254 hi + lo), error at
+// most max|x| / 64516), whose two dp4a sums merge exactly in integers as 254 * hi-sum + lo-sum. With the
+// level planes go the sums d * (254 sum hi + sum lo) of each 16-element half, for the minimum and offset
+// terms. Eight lanes share a super-block (256 weights): lane k takes the levels of elements 16 (k % 2)..
+// of sub-blocks 2j and 2j + 1 (j = k / 2), and x is laid out so that those 16 + 16 bytes of each plane
+// sit at 16k and 128 + 16k of the super-block's 256 (conflict-free 16-byte loads), with a float4 of the
+// two sub-blocks' d and half sums after all levels. A warp thus walks four super-blocks of a row per step.
+// x is quantized either by every thread block as it stages x in shared memory (matvec, matvec_swiglu) or
+// once by its own kernel into global memory (quantize_x8, then matvec_x8).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -28,7 +31,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kQK = 256;           // elements per super-block
-constexpr int64_t kMaxIn = 28672;  // staged x: 112 super-blocks * 384 bytes = 42 KB of shared memory
+constexpr int64_t kMaxIn = 18944;  // staged x: 74 super-blocks * 640 bytes (two levels) = 46 KB
 
 struct Dp4aArgs {
     const uint8_t* w[2];  // W, or gate and up
@@ -42,33 +45,67 @@ struct Dp4aArgs {
     int64_t tiles;  // row groups of a thread block; block b takes tiles b, b + gridDim.x, ...
 };
 
-// Staged x (shared memory, or global from quantize_x8): [nb][256] int8 x in the lanes' order, then
-// [nb][8] float4 {d_lo, d_hi, s_lo, s_hi}.
-__host__ __device__ size_t staged_bytes(int64_t n_in) {
-    return size_t(n_in / kQK) * (kQK + 8 * sizeof(float4));
+// Staged x (shared memory, or global from quantize_x8) with kL levels per element: [nb][kL][256] int8 in
+// the lanes' order, then [nb][8] float4 {d_lo, d_hi, s_lo, s_hi}.
+__host__ __device__ constexpr int64_t level_bytes(int kL) {
+    return int64_t(kL) * kQK;
+}
+__host__ __device__ size_t staged_bytes(int kL, int64_t n_in) {
+    return size_t(n_in / kQK) * size_t(level_bytes(kL) + 8 * int64_t(sizeof(float4)));
 }
 
-// Quantizes elements 4i..4i+3 of x into the staged layout: eight consecutive threads take one sub-block.
-// Every lane of the warp must take part (the shuffles).
+__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+    return (uint32_t(a) & 0xFF) | (uint32_t(b) & 0xFF) << 8 | (uint32_t(c) & 0xFF) << 16 | uint32_t(d) << 24;
+}
+
+// The levels of four elements of one 32-element block with max |x| = amax: one (q) or two (hi, lo, as
+// the CPU's quantize_q8x2 computes them); d is the block's step and sum their 254 hi + lo (or q) sum.
+template <int kL>
+__device__ __forceinline__ void levels4(const float4& v, float amax, uint32_t (&w)[kL], float& d, int& sum) {
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    int q[kL][4];
+    if constexpr (kL == 1) {
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d = amax / 127.0f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[0][e] = __float2int_rn(x[e] * id);
+        sum = q[0][0] + q[0][1] + q[0][2] + q[0][3];
+    } else {
+        d = amax / (127.0f * 254.0f);
+        const float ih = d != 0.0f ? 1.0f / (254.0f * d) : 0.0f, il = d != 0.0f ? 1.0f / d : 0.0f;
+        sum = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            q[0][e] = __float2int_rn(x[e] * ih);
+            q[1][e] = __float2int_rn(fmaf(-d, float(254 * q[0][e]), x[e]) * il);
+            sum += 254 * q[0][e] + q[1][e];
+        }
+    }
+#pragma unroll
+    for (int l = 0; l < kL; ++l) w[l] = pack4(q[l][0], q[l][1], q[l][2], q[l][3]);
+}
+
+// Quantizes elements 4i..4i+3 of x into the staged layout: eight consecutive threads take one block of
+// 32. Every lane of the warp must take part (the shuffles).
+template <int kL>
 __device__ __forceinline__ void quantize_quad(const float* x, int64_t i, int8_t* sq, float4* meta) {
     const float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-    int sum = q0 + q1 + q2 + q3;
+    uint32_t w[kL];
+    float d;
+    int sum;
+    levels4<kL>(v, amax, w, d, sum);
 #pragma unroll
     for (int o = 1; o < 4; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const int64_t b = i / 64;
     const int e = int(i % 64) * 4, j = e / 64, hi = e % 64 / 32, k = 2 * j + e % 32 / 16;
-    const uint32_t packed =
-        (uint32_t(q0) & 0xFF) | (uint32_t(q1) & 0xFF) << 8 | (uint32_t(q2) & 0xFF) << 16 | uint32_t(q3) << 24;
-    *reinterpret_cast<uint32_t*>(sq + b * kQK + hi * 128 + k * 16 + e % 16) = packed;
+#pragma unroll
+    for (int l = 0; l < kL; ++l)
+        *reinterpret_cast<uint32_t*>(sq + b * level_bytes(kL) + l * kQK + hi * 128 + k * 16 + e % 16) = w[l];
     if (e % 16 == 0) {
         float* m = reinterpret_cast<float*>(meta + b * 8 + k);
-        const float d = amax / 127.0f;
         m[hi] = d;
         m[2 + hi] = d * float(sum);
     }
@@ -76,28 +113,49 @@ __device__ __forceinline__ void quantize_quad(const float* x, int64_t i, int8_t*
 
 // Quantizes x into shared memory, the whole thread block. The element count is a multiple of 256, so
 // every warp's loop runs whole.
+template <int kL>
 __device__ void stage_x(const float* x, int64_t n_in, int8_t* sq, float4* meta) {
-    for (int64_t i = threadIdx.x; i < n_in / 4; i += blockDim.x) quantize_quad(x, i, sq, meta);
+    for (int64_t i = threadIdx.x; i < n_in / 4; i += blockDim.x) quantize_quad<kL>(x, i, sq, meta);
 }
 
 // quantize_x8: one thread block of 64 threads per super-block.
+template <int kL>
 __global__ void quantize_kernel(const float* x, int64_t nb, int8_t* x8) {
     begin_kernel();
-    quantize_quad(x, blockIdx.x * int64_t(64) + threadIdx.x, x8, reinterpret_cast<float4*>(x8 + nb * kQK));
+    quantize_quad<kL>(x, blockIdx.x * int64_t(64) + threadIdx.x, x8,
+                      reinterpret_cast<float4*>(x8 + nb * level_bytes(kL)));
 }
 
-// This lane's staged x of super-block b: from shared memory (loaded right before use), or from global
-// memory through the read-only cache (loaded with the weights: an L1 or L2 round trip).
-template <bool kStaged>
-__device__ __forceinline__ void load_x(const int8_t* sq, const float4* meta, int64_t b, int4& xl, int4& xh,
-                                       float4& xm) {
+// This lane's staged x of one super-block: per level plane its low and high 16 bytes, and the block's
+// steps and half sums.
+template <int kL>
+struct XLane {
+    int4 l[kL], h[kL];
+    float4 m;
+};
+
+// Loads XLane of super-block b from shared memory (right before use), or from global memory through the
+// read-only cache (with the weights: an L1 or L2 round trip).
+template <int kL, bool kStaged>
+__device__ __forceinline__ void load_x(const int8_t* sq, const float4* meta, int64_t b, XLane<kL>& x) {
     const int k = threadIdx.x % 8;
-    const auto* q = reinterpret_cast<const int4*>(sq + b * kQK);
-    if constexpr (kStaged) {
-        xl = q[k], xh = q[8 + k], xm = meta[b * 8 + k];
-    } else {
-        xl = __ldg(q + k), xh = __ldg(q + 8 + k), xm = __ldg(meta + b * 8 + k);
+    const auto* q = reinterpret_cast<const int4*>(sq + b * level_bytes(kL));
+#pragma unroll
+    for (int l = 0; l < kL; ++l) {
+        x.l[l] = kStaged ? q[16 * l + k] : __ldg(q + 16 * l + k);
+        x.h[l] = kStaged ? q[16 * l + 8 + k] : __ldg(q + 16 * l + 8 + k);
     }
+    x.m = kStaged ? meta[b * 8 + k] : __ldg(meta + b * 8 + k);
+}
+
+// sum_i levels_i . x_i over 16 bytes: one level plane, or two merged as 254 * hi-sum + lo-sum.
+template <int kL>
+__device__ __forceinline__ int dot16(const int (&w)[4], const int4 (&x)[kL]) {
+    int s = __dp4a(w[0], x[0].x, __dp4a(w[1], x[0].y, __dp4a(w[2], x[0].z, __dp4a(w[3], x[0].w, 0))));
+    if constexpr (kL == 2)
+        s = 254 * s +
+            __dp4a(w[0], x[1].x, __dp4a(w[1], x[1].y, __dp4a(w[2], x[1].z, __dp4a(w[3], x[1].w, 0))));
+    return s;
 }
 
 __device__ __forceinline__ uint4 ld128(const uint8_t* p) {
@@ -121,17 +179,18 @@ struct Q4K {
         return make_uint2(((h.w >> t) & 0x0F0Fu) | ((h.y >> (t + 2)) & 0x3030u),
                           ((h.w >> (t + 4)) & 0x0F0Fu) | ((h.z >> (t + 2)) & 0x3030u));
     }
-    __device__ static float dot(const Raw& r, const int4& xl, const int4& xh, const float4& xm, int k) {
+    template <int kL>
+    __device__ static float dot(const Raw& r, const XLane<kL>& x, int k) {
         const uint32_t m4 = 0x0F0F0F0Fu;
         const uint4& qs = r.qs;
-        int lo = __dp4a(int(qs.x & m4), xl.x, 0), hi = __dp4a(int((qs.x >> 4) & m4), xh.x, 0);
-        lo = __dp4a(int(qs.y & m4), xl.y, lo), hi = __dp4a(int((qs.y >> 4) & m4), xh.y, hi);
-        lo = __dp4a(int(qs.z & m4), xl.z, lo), hi = __dp4a(int((qs.z >> 4) & m4), xh.z, hi);
-        lo = __dp4a(int(qs.w & m4), xl.w, lo), hi = __dp4a(int((qs.w >> 4) & m4), xh.w, hi);
+        const int wl[4] = {int(qs.x & m4), int(qs.y & m4), int(qs.z & m4), int(qs.w & m4)};
+        const int wh[4] = {int((qs.x >> 4) & m4), int((qs.y >> 4) & m4), int((qs.z >> 4) & m4),
+                           int((qs.w >> 4) & m4)};
+        const int lo = dot16<kL>(wl, x.l), hi = dot16<kL>(wh, x.h);
         const uint2 sm = scales_mins(r.h, k / 2);
         const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&r.h.x));
-        const float s = float(int(sm.x & 0xFF) * lo) * xm.x + float(int(sm.x >> 8) * hi) * xm.y;
-        const float m = float(sm.y & 0xFF) * xm.z + float(sm.y >> 8) * xm.w;
+        const float s = float(int(sm.x & 0xFF) * lo) * x.m.x + float(int(sm.x >> 8) * hi) * x.m.y;
+        const float m = float(sm.y & 0xFF) * x.m.z + float(sm.y >> 8) * x.m.w;
         return dm.x * s - dm.y * m;
     }
 };
@@ -162,48 +221,45 @@ struct Q6K {
     __device__ static int levels(uint32_t ql, uint32_t qh, int s4, int c) {
         return int(((ql >> s4) & 0x0F0F0F0Fu) | (((qh >> (2 * c)) & 0x03030303u) << 4));
     }
-    __device__ static float dot(const Raw& r, const int4& xl, const int4& xh, const float4& xm, int k) {
+    template <int kL>
+    __device__ static float dot(const Raw& r, const XLane<kL>& x, int k) {
         const int s4 = 4 * (k / 2 % 2), c = 2 * (k / 2 % 2);
-        int lo = __dp4a(levels(r.qa.x, r.qh.x, s4, c), xl.x, 0);
-        int hi = __dp4a(levels(r.qb.x, r.qh.x, s4, c + 1), xh.x, 0);
-        lo = __dp4a(levels(r.qa.y, r.qh.y, s4, c), xl.y, lo);
-        hi = __dp4a(levels(r.qb.y, r.qh.y, s4, c + 1), xh.y, hi);
-        lo = __dp4a(levels(r.qa.z, r.qh.z, s4, c), xl.z, lo);
-        hi = __dp4a(levels(r.qb.z, r.qh.z, s4, c + 1), xh.z, hi);
-        lo = __dp4a(levels(r.qa.w, r.qh.w, s4, c), xl.w, lo);
-        hi = __dp4a(levels(r.qb.w, r.qh.w, s4, c + 1), xh.w, hi);
+        const int wl[4] = {levels(r.qa.x, r.qh.x, s4, c), levels(r.qa.y, r.qh.y, s4, c),
+                           levels(r.qa.z, r.qh.z, s4, c), levels(r.qa.w, r.qh.w, s4, c)};
+        const int wh[4] = {levels(r.qb.x, r.qh.x, s4, c + 1), levels(r.qb.y, r.qh.y, s4, c + 1),
+                           levels(r.qb.z, r.qh.z, s4, c + 1), levels(r.qb.w, r.qh.w, s4, c + 1)};
+        const int lo = dot16<kL>(wl, x.l), hi = dot16<kL>(wh, x.h);
         const float d = __half2float(__ushort_as_half(uint16_t(r.d)));
-        const float s = float(r.s_lo) * fmaf(float(lo), xm.x, -32.0f * xm.z) +
-                        float(r.s_hi) * fmaf(float(hi), xm.y, -32.0f * xm.w);
+        const float s = float(r.s_lo) * fmaf(float(lo), x.m.x, -32.0f * x.m.z) +
+                        float(r.s_hi) * fmaf(float(hi), x.m.y, -32.0f * x.m.w);
         return d * s;
     }
 };
 
 // acc[m] += row m . x over this lane's super-blocks (first, first + step, ...), two steps loaded at once.
-template <class F, int R, bool kStaged>
+template <class F, int kL, int R, bool kStaged>
 __device__ void dot_rows(const uint8_t* const (&rows)[R], int64_t nb, int64_t first, int64_t step,
                          const int8_t* sq, const float4* meta, float (&acc)[R]) {
     const int k = threadIdx.x % 8;
     constexpr int kU = 2;
     for (int64_t b0 = first; b0 < nb; b0 += kU * step) {
         typename F::Raw raw[kU][R];
-        int4 xl[kU], xh[kU];
-        float4 xm[kU];
+        XLane<kL> x[kU];
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
             const int64_t b = b0 + u * step;
             if (b >= nb) continue;
 #pragma unroll
             for (int m = 0; m < R; ++m) raw[u][m] = F::load(rows[m] + b * F::kBytes, k);
-            if (!kStaged) load_x<false>(sq, meta, b, xl[u], xh[u], xm[u]);
+            if (!kStaged) load_x<kL, false>(sq, meta, b, x[u]);
         }
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
             const int64_t b = b0 + u * step;
             if (b >= nb) break;
-            if (kStaged) load_x<true>(sq, meta, b, xl[u], xh[u], xm[u]);
+            if (kStaged) load_x<kL, true>(sq, meta, b, x[u]);
 #pragma unroll
-            for (int m = 0; m < R; ++m) acc[m] += F::dot(raw[u][m], xl[u], xh[u], xm[u], k);
+            for (int m = 0; m < R; ++m) acc[m] += F::template dot<kL>(raw[u][m], x[u], k);
         }
     }
 }
@@ -271,8 +327,8 @@ __device__ void finish_tile(const Dp4aArgs& a, float (&acc)[R], int64_t r0, floa
 }
 
 // kStaged: x quantized into shared memory by every thread block; else read from a.x8 (quantize_x8).
-template <class F, int R, bool kSwiglu, bool kStaged>
-__global__ void __launch_bounds__(kWarps * 32) dp4a_kernel(Dp4aArgs a) {
+template <class F, int kL, int R, bool kSwiglu, bool kStaged>
+__global__ void __launch_bounds__(kWarps * 32, 2) dp4a_kernel(Dp4aArgs a) {
     __shared__ float red[kWarps][R];
     extern __shared__ float4 staged[];
     const int64_t nb = a.n_in / kQK, step = int64_t(a.split) * 4;
@@ -286,15 +342,15 @@ __global__ void __launch_bounds__(kWarps * 32) dp4a_kernel(Dp4aArgs a) {
     const int8_t* sq = a.x8;
     if constexpr (kStaged) {
         auto* q = reinterpret_cast<int8_t*>(staged);
-        stage_x(a.x, a.n_in, q, reinterpret_cast<float4*>(q + nb * kQK));
+        stage_x<kL>(a.x, a.n_in, q, reinterpret_cast<float4*>(q + nb * level_bytes(kL)));
         __syncthreads();
         sq = q;
     }
-    const auto* meta = reinterpret_cast<const float4*>(sq + nb * kQK);
+    const auto* meta = reinterpret_cast<const float4*>(sq + nb * level_bytes(kL));
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         tile_rows<R, kSwiglu>(a, tile, rows, r0);
         float acc[R] = {};
-        dot_rows<F, R, kStaged>(rows, nb, first, step, sq, meta, acc);
+        dot_rows<F, kL, R, kStaged>(rows, nb, first, step, sq, meta, acc);
         finish_tile<R, kSwiglu>(a, acc, r0, red);
     }
 }
@@ -307,14 +363,14 @@ int choose_split(int64_t groups, int64_t nb) {
     return split;
 }
 
-template <class F, int R, bool kSwiglu, bool kStaged>
+template <class F, int kL, int R, bool kSwiglu, bool kStaged>
 void launch_dp4a(Dp4aArgs a, Stream s) {
     constexpr int kOut = kSwiglu ? R / 2 : R;
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     a.split = choose_split(groups, a.n_in / kQK);
     a.tiles = (groups + kWarps / a.split - 1) / (kWarps / a.split);
-    const size_t smem = kStaged ? staged_bytes(a.n_in) : 0;
-    auto* kernel = dp4a_kernel<F, R, kSwiglu, kStaged>;
+    const size_t smem = kStaged ? staged_bytes(kL, a.n_in) : 0;
+    auto* kernel = dp4a_kernel<F, kL, R, kSwiglu, kStaged>;
     int per_sm = 0;
     MINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
     const int64_t wave = int64_t(std::max(per_sm, 1)) * gpu_warps() / 32;
@@ -337,15 +393,18 @@ Dp4aArgs args(const QMatrix& w, const void* w2, const float* x, float* y) {
 }
 
 template <bool kSwiglu, bool kStaged>
-void launch_type(GgmlType t, const Dp4aArgs& a, Stream s) {
-    if (t == GgmlType::Q4_K) return launch_dp4a<Q4K, 2, kSwiglu, kStaged>(a, s);
-    launch_dp4a<Q6K, 2, kSwiglu, kStaged>(a, s);
+void launch_type(const QMatrix& w, const Dp4aArgs& a, Stream s) {
+    const bool two = w.xq == XQuant::kInt8x2;
+    if (w.type == GgmlType::Q4_K)
+        return two ? launch_dp4a<Q4K, 2, 2, kSwiglu, kStaged>(a, s)
+                   : launch_dp4a<Q4K, 1, 2, kSwiglu, kStaged>(a, s);
+    two ? launch_dp4a<Q6K, 2, 2, kSwiglu, kStaged>(a, s) : launch_dp4a<Q6K, 1, 2, kSwiglu, kStaged>(a, s);
 }
 
-// Throws unless w may take x as int8: dp4a_fits, Q4_K in the block layout, Q6_K padded.
+// Throws unless w takes x as int8: dp4a_fits, Q4_K in the block layout, Q6_K padded.
 void check_fits(const QMatrix& w) {
     const bool layout = w.type == GgmlType::Q4_K ? !w.tiled && !w.padded : w.padded;
-    if (!dp4a_fits(w.type, w.n_in) || !layout)
+    if (!dp4a_fits(w.type, w.n_in) || !layout || w.xq == XQuant::kF32)
         throw Error(
             "CUDA matvec: int8 products need rows of at most 28672 of Q4_K in the block layout or padded "
             "Q6_K");
@@ -358,26 +417,29 @@ void matvec_dp4a(const QMatrix& w, const float* x, float* y, const float* bias, 
     if (w.n_out == 0) return;
     Dp4aArgs a = args(w, nullptr, x, y);
     a.bias = bias, a.res = res;
-    launch_type<false, true>(w.type, a, s);
+    launch_type<false, true>(w, a, s);
 }
 
 void matvec_swiglu_dp4a(const QMatrix& gate, const QMatrix& up, const float* x, float* y, Stream s) {
     check_fits(gate);
     check_fits(up);
     if (gate.n_out == 0) return;
-    launch_type<true, true>(gate.type, args(gate, up.data, x, y), s);
+    if (gate.xq != up.xq) throw Error("CUDA matvec_swiglu: gate and up take x differently");
+    launch_type<true, true>(gate, args(gate, up.data, x, y), s);
 }
 
-size_t int8_x_bytes(int64_t n_in) {
-    return staged_bytes(n_in);
+size_t int8_x_bytes(XQuant xq, int64_t n_in) {
+    return staged_bytes(xq == XQuant::kInt8x2 ? 2 : 1, n_in);
 }
 
-void quantize_x8(const float* x, int64_t n_in, void* x8, Stream s) {
+void quantize_x8(const float* x, int64_t n_in, XQuant xq, void* x8, Stream s) {
     if (n_in % kQK != 0) throw Error("CUDA quantize_x8: length not a multiple of 256");
+    if (xq == XQuant::kF32) throw Error("CUDA quantize_x8: no int8 format given");
     if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(x8) % 16 != 0)
         throw Error("CUDA quantize_x8: pointers not 16-byte aligned");
     if (n_in == 0) return;
-    launch("quantize_x8 kernel", quantize_kernel, unsigned(n_in / kQK), 64, 0, s, x, n_in / kQK,
+    auto* kernel = xq == XQuant::kInt8x2 ? quantize_kernel<2> : quantize_kernel<1>;
+    launch("quantize_x8 kernel", kernel, unsigned(n_in / kQK), 64, 0, s, x, n_in / kQK,
            static_cast<int8_t*>(x8));
 }
 
@@ -389,11 +451,11 @@ void matvec_x8(const QMatrix& w, const void* x8, float* y, const float* bias, co
     Dp4aArgs a = args(w, nullptr, nullptr, y);
     a.x8 = static_cast<const int8_t*>(x8);
     a.bias = bias, a.res = res;
-    launch_type<false, false>(w.type, a, s);
+    launch_type<false, false>(w, a, s);
 }
 
 bool matvec_int8_x(const QMatrix& w, int64_t nt) {
-    return w.int8_x && nt == 1;
+    return w.xq != XQuant::kF32 && nt == 1;
 }
 
 bool dp4a_fits(GgmlType t, int64_t n_in) {

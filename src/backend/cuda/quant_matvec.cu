@@ -502,8 +502,7 @@ void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64
             matvec_swiglu_tiled(gate, up, x + t * gate.n_in, y + t * gate.n_out, s);
         return;
     }
-    if (matvec_int8_x(gate, nt) != matvec_int8_x(up, nt))
-        throw Error("CUDA matvec_swiglu: gate and up differ in layout");
+    if (gate.xq != up.xq) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
     if (matvec_int8_x(gate, nt)) {
         check_layout(gate.type, gate.n_in, gate.data, 16, "matvec weights");
         check_layout(gate.type, gate.n_in, up.data, 16, "matvec weights");
