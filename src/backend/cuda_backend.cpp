@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -109,14 +107,11 @@ struct CudaBackend::Impl {
     };
     bool profile = env_flag("MINFER_CUDA_PROFILE");
     // Prefill attention as the query-tiled kernel (cuda::attention_prefill), or with
-    // MINFER_PREFILL_ATTN=gemm as cuBLAS products around a score matrix (attention_gemm), which needs
+    // MINFER_PREFILL_GEMM=1 as cuBLAS products around a score matrix (attention_gemm), which needs
     // n_head * tokens * n_ctx floats of scratch. H200 pp512 (tok/s, gemm -> flash, same call): 0.5B
     // Q4_K_M 96,556 -> 109,946, at depth 3584 37,298 -> 48,566; 7B Q4_K_M 20,630 -> 21,332, at depth
     // 3584 10,590 -> 10,395.
-    bool gemm_attention = [] {
-        const char* v = std::getenv("MINFER_PREFILL_ATTN");
-        return v && std::string_view(v) == "gemm";
-    }();
+    bool gemm_attention = env_flag("MINFER_PREFILL_GEMM");
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};
 

@@ -401,19 +401,22 @@ void launch_type(const QMatrix& w, const Dp4aArgs& a, Stream s) {
     two ? launch_dp4a<Q6K, 2, 2, kSwiglu, kStaged>(a, s) : launch_dp4a<Q6K, 1, 2, kSwiglu, kStaged>(a, s);
 }
 
-// Throws unless w takes x as int8: dp4a_fits, Q4_K in the block layout, Q6_K padded.
-void check_fits(const QMatrix& w) {
+// Throws unless w takes x as int8 (dp4a_fits, Q4_K in the block layout, Q6_K padded) and its rows and x
+// (f32, or quantize_x8's) are 16-byte aligned.
+void check_fits(const QMatrix& w, const void* x) {
     const bool layout = w.type == GgmlType::Q4_K ? !w.tiled && !w.padded : w.padded;
     if (!dp4a_fits(w.type, w.n_in) || !layout || w.xq == XQuant::kF32)
         throw Error(
-            "CUDA matvec: int8 products need rows of at most 28672 of Q4_K in the block layout or padded "
+            "CUDA matvec: int8 products need rows of at most 18944 of Q4_K in the block layout or padded "
             "Q6_K");
+    if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+        throw Error("CUDA matvec: int8 products need 16-byte aligned weights and input");
 }
 
 }  // namespace
 
 void matvec_dp4a(const QMatrix& w, const float* x, float* y, const float* bias, const float* res, Stream s) {
-    check_fits(w);
+    check_fits(w, x);
     if (w.n_out == 0) return;
     Dp4aArgs a = args(w, nullptr, x, y);
     a.bias = bias, a.res = res;
@@ -421,8 +424,8 @@ void matvec_dp4a(const QMatrix& w, const float* x, float* y, const float* bias, 
 }
 
 void matvec_swiglu_dp4a(const QMatrix& gate, const QMatrix& up, const float* x, float* y, Stream s) {
-    check_fits(gate);
-    check_fits(up);
+    check_fits(gate, x);
+    check_fits(up, x);
     if (gate.n_out == 0) return;
     if (gate.xq != up.xq) throw Error("CUDA matvec_swiglu: gate and up take x differently");
     launch_type<true, true>(gate, args(gate, up.data, x, y), s);
@@ -444,9 +447,7 @@ void quantize_x8(const float* x, int64_t n_in, XQuant xq, void* x8, Stream s) {
 }
 
 void matvec_x8(const QMatrix& w, const void* x8, float* y, const float* bias, const float* res, Stream s) {
-    check_fits(w);
-    if (reinterpret_cast<uintptr_t>(x8) % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
-        throw Error("CUDA matvec_x8: pointers not 16-byte aligned");
+    check_fits(w, x8);
     if (w.n_out == 0) return;
     Dp4aArgs a = args(w, nullptr, nullptr, y);
     a.x8 = static_cast<const int8_t*>(x8);

@@ -1,5 +1,6 @@
-// Q4_K decode products on int8 dot products (quant_dp4a.cu): matvec and matvec_swiglu dispatch here for
-// one token of a Q4_K matrix in the block layout.
+// Q4_K and Q6_K decode products on int8 dot products (quant_dp4a.cu): matvec and matvec_swiglu dispatch
+// here for one token of a matrix that takes x as int8 (QMatrix::xq); quantize_x8 and matvec_x8 live there
+// too (quant_cuda.h).
 #pragma once
 #include <cstdint>
 

@@ -483,11 +483,7 @@ void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float*
             matvec_tiled(w, x + t * w.n_in, y + t * w.n_out, bias, res ? res + t * w.n_out : nullptr, s);
         return;
     }
-    if (matvec_int8_x(w, nt)) {
-        check_layout(w.type, w.n_in, w.data, 16, "matvec weights");
-        check_layout(GgmlType::F32, w.n_in, x, 16, "matvec input");
-        return matvec_dp4a(w, x, y, bias, res, s);
-    }
+    if (matvec_int8_x(w, nt)) return matvec_dp4a(w, x, y, bias, res, s);
     run<false>(w, static_cast<const uint8_t*>(w.data), x, nt, y, bias, res, s);
 }
 
@@ -503,12 +499,7 @@ void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64
         return;
     }
     if (gate.xq != up.xq) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
-    if (matvec_int8_x(gate, nt)) {
-        check_layout(gate.type, gate.n_in, gate.data, 16, "matvec weights");
-        check_layout(gate.type, gate.n_in, up.data, 16, "matvec weights");
-        check_layout(GgmlType::F32, gate.n_in, x, 16, "matvec input");
-        return matvec_swiglu_dp4a(gate, up, x, y, s);
-    }
+    if (matvec_int8_x(gate, nt)) return matvec_swiglu_dp4a(gate, up, x, y, s);
     run<true>(gate, static_cast<const uint8_t*>(up.data), x, nt, y, nullptr, nullptr, s);
 }
 
