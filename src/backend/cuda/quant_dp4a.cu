@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_dp4a.h"
+#include "backend/cuda/reduce.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {
@@ -293,12 +294,7 @@ __device__ void finish_tile(const Dp4aArgs& a, float (&acc)[R], int64_t r0, floa
     constexpr int kOut = kSwiglu ? R / 2 : R;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int m = 0; m < R; ++m) {
-        float v = acc[m];
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[m] = v;
-    }
+    for (int m = 0; m < R; ++m) acc[m] = warp_sum(acc[m]);
     if (a.split > 1) {
         if (lane == 0)
             for (int m = 0; m < R; ++m) red[warp][m] = acc[m];
