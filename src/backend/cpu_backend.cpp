@@ -6,7 +6,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "gguf/gguf.h"
-#include "sched/alloc.h"
+#include "kv/kv_cache.h"
 #include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
@@ -42,8 +42,8 @@ cpu::DecodeDot decode_dot_from_env() {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const GgufFile& weights, int n_threads)
-    : file_(weights), pool_(std::max(1, n_threads)), decode_(decode_dot_from_env()) {}
+CpuBackend::CpuBackend(const GgufFile& weights, int n_threads, bool invariant)
+    : file_(weights), pool_(std::max(1, n_threads)), decode_(decode_dot_from_env()), invariant_(invariant) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;
@@ -111,38 +111,106 @@ void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {
     }
 }
 
-void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
-    const auto& m = std::get<meta::Attn>(n.meta);
-    const KvCache::Region& r = bufs.kv().layer(m.layer);
-    const float* q = bufs.data(n.src[0]);
-    const int64_t q_stride = g[n.src[0]].shape[0];  // Q may sit in a wider buffer
-    const int32_t* pos = ids_of(bufs, n.src[2]);
-    float* out = bufs.data(n.id);
-    const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
-    scratch_.resize(size_t(pool_.size() * group * r.n_ctx));
-    pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
-        const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
-        const float* qt = q + t * q_stride + j * group * m.hd;
-        cpu::attention(qt, r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv,
-                       out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, m.nkt, int64_t(pos[t]) + 1,
-                       m.scale, scratch_.data() + ith * group * r.n_ctx);
-    });
-}
-
 namespace {
 
-void kv_store_rows(KvCache::Region& r, int layer, const int32_t* pos, int64_t nt, const float* k,
-                   const float* v) {
+// K/V rows of nt tokens into their slots (row t goes to slot(t)).
+void kv_store_rows(KvCache::Region& r, int64_t nt, const auto& slot, const float* k, const float* v) {
     for (int64_t t = 0; t < nt; ++t) {
+        const int64_t s = slot(t);
+        std::memcpy(r.k.data() + s * r.n_embd, k + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+        std::memcpy(r.v.data() + s * r.n_embd, v + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+    }
+}
+
+// The QKV fusions' stores (GPU graphs, the unpaged single-sequence layout): slot = position.
+void kv_store_unpaged(KvCache::Region& r, int layer, const meta::Kv& kv, const int32_t* pos, int64_t nt,
+                      const float* k, const float* v) {
+    if (kv.paging.max_blocks != 1)
+        throw Error("layer " + std::to_string(layer) + ": fused QKV stores need the unpaged KV layout");
+    for (int64_t t = 0; t < nt; ++t)
         if (pos[t] < 0 || pos[t] >= r.n_ctx)
             throw Error("layer " + std::to_string(layer) + ": position " + std::to_string(pos[t]) +
                         " is outside the context of " + std::to_string(r.n_ctx) + " tokens");
-        std::memcpy(r.k.data() + pos[t] * r.n_embd, k + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
-        std::memcpy(r.v.data() + pos[t] * r.n_embd, v + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+    kv_store_rows(
+        r, nt, [&](int64_t t) { return int64_t(pos[t]); }, k, v);
+}
+
+// log2 of the block size: blocks are powers of two, or the one block of the unpaged layout, whose rows
+// KvRows then addresses as block 0 of the next power of two.
+int block_shift(const meta::Paging& pg) {
+    int shift = cpu::kMinBlockShift;
+    while ((int64_t(1) << shift) < pg.block) ++shift;
+    if ((int64_t(1) << shift) != pg.block && pg.max_blocks != 1)
+        throw Error("KV block size " + std::to_string(pg.block) + " is not a power of two of at least 16");
+    return shift;
+}
+
+// Where the tokens of one forward read and write their sequences' KV rows: the inputs positions,
+// seq_slot and block_table (src[2..4] of KV stores and attention), checked against the region so that a
+// bad table is an error, never a stray access.
+struct KvIndexData {
+    const int32_t *pos, *slot, *table;
+    meta::Paging paging;
+    int shift;
+
+    const int32_t* blocks(int64_t t) const { return table + int64_t(slot[t]) * paging.max_blocks; }
+    int64_t physical(int64_t t) const {
+        const int64_t p = pos[t];
+        return int64_t(blocks(t)[p >> shift]) << shift | (p & ((int64_t(1) << shift) - 1));
+    }
+    void check(const std::string& node, int64_t n_slots, int64_t nt) const;
+};
+
+KvIndexData kv_index(const CNode& n, const NodeBuffers& bufs, const meta::Paging& pg, int64_t n_slots,
+                     int64_t nt) {
+    const KvIndexData d{ids_of(bufs, n.src[2]), ids_of(bufs, n.src[3]), ids_of(bufs, n.src[4]), pg,
+                        block_shift(pg)};
+    d.check(n.name, n_slots, nt);
+    return d;
+}
+
+void KvIndexData::check(const std::string& node, int64_t n_slots, int64_t nt) const {
+    // The unpaged layout's one block may be shorter than 2^shift rows.
+    const int64_t n_blocks = std::max<int64_t>(n_slots >> shift, 1), n_pos = paging.block * paging.max_blocks;
+    for (int64_t t = 0; t < nt; ++t) {
+        if (pos[t] < 0 || pos[t] >= n_pos || slot[t] < 0)
+            throw Error(node + ": token " + std::to_string(t) + " at position " + std::to_string(pos[t]) +
+                        " is outside the context of " + std::to_string(n_pos) + " tokens");
+        for (int64_t b = 0; b <= (pos[t] >> shift); ++b)
+            if (blocks(t)[b] < 0 || blocks(t)[b] >= n_blocks)
+                throw Error(node + ": token " + std::to_string(t) + " maps to KV block " +
+                            std::to_string(blocks(t)[b]) + " of " + std::to_string(n_blocks));
     }
 }
 
 }  // namespace
+
+void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::Attn>(n.meta);
+    const KvCache::Region& r = bufs.kv().layer(m.layer);
+    const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
+    const KvIndexData at = kv_index(n, bufs, m.paging, r.n_ctx, nt);
+    const float* q = bufs.data(n.src[0]);
+    const int64_t q_stride = g[n.src[0]].shape[0];  // Q may sit in a wider buffer
+    float* out = bufs.data(n.id);
+    scratch_.resize(size_t(pool_.size() * group * r.n_ctx));
+    pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
+        const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
+        const float* qt = q + t * q_stride + j * group * m.hd;
+        const cpu::KvRows rows{r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv, r.n_embd, at.blocks(t),
+                               at.shift};
+        cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd,
+                       int64_t(at.pos[t]) + 1, m.scale, scratch_.data() + ith * group * r.n_ctx);
+    });
+}
+
+void CpuBackend::kv_store(const ComputeGraph& g, const CNode& n, int layer, const NodeBuffers& bufs) {
+    KvCache::Region& r = bufs.kv().layer(layer);
+    const int64_t nt = g[n.src[0]].shape[1];
+    const KvIndexData at = kv_index(n, bufs, std::get<meta::Kv>(n.meta).paging, r.n_ctx, nt);
+    kv_store_rows(
+        r, nt, [&](int64_t t) { return at.physical(t); }, bufs.data(n.src[0]), bufs.data(n.src[1]));
+}
 
 // Shared tail of the QKV fusions: per-head norms (Qwen3), RoPE on Q and K, K/V into the region.
 // q is the node's output row block [nt][n_q]; k/v are [nt][n_kv] and may be modified.
@@ -163,7 +231,7 @@ void CpuBackend::qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t*
         cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
         cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
     }
-    kv_store_rows(bufs.kv().layer(layer), layer, pos, nt, k, v);
+    kv_store_unpaged(bufs.kv().layer(layer), layer, m.kv, pos, nt, k, v);
 }
 
 void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
@@ -242,10 +310,7 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                 });
             },
             [&](const op::Attn&) { attention(g, n, bufs); },
-            [&](const op::KvcacheStore& o) {
-                kv_store_rows(bufs.kv().layer(o.layer), o.layer, ids_of(bufs, n.src[2]), g[n.src[0]].shape[1],
-                              in(0), in(1));
-            },
+            [&](const op::KvcacheStore& o) { kv_store(g, n, o.layer, bufs); },
             [&](const op::Add&) {
                 rows(nt, [&](int64_t t) { cpu::add(in(0) + t * d, in(1) + t * d, out + t * d, d); });
             },

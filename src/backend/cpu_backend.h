@@ -19,7 +19,9 @@ class GgufFile;
 
 class CpuBackend final : public Backend {
   public:
-    CpuBackend(const GgufFile& weights, int n_threads);
+    // invariant: every matmul column gets the arithmetic of a one-column product, whatever the batch
+    // (cpu::matmul's invariant mode), so a sequence's results do not depend on what shares its forwards.
+    CpuBackend(const GgufFile& weights, int n_threads, bool invariant = true);
     BackendKind kind() const override { return BackendKind::Cpu; }
     bool supports(const CNode& n) const override;
     void prepare(const ComputeGraph& g) override;
@@ -37,6 +39,7 @@ class CpuBackend final : public Backend {
     void matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y);
     void embedding(const CNode& n, const NodeBuffers& bufs);
     void attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
+    void kv_store(const ComputeGraph& g, const CNode& n, int layer, const NodeBuffers& bufs);
     void qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t* pos, int64_t nt, float* q, float* k,
                       const float* v, const NodeBuffers& bufs);
     void fused_qkv(const CNode& n, const NodeBuffers& bufs);
@@ -51,6 +54,7 @@ class CpuBackend final : public Backend {
     std::vector<float> scratch_;                                     // per-thread attention scores
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
     cpu::DecodeDot decode_;             // decode matmul dots (MINFER_EXACT_DECODE / MINFER_INT8_DECODE)
+    bool invariant_;
 };
 
 }  // namespace minfer

@@ -16,6 +16,7 @@
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "gguf/gguf.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
 #include "sched/alloc.h"
 #include "util/env.h"
@@ -319,6 +320,9 @@ uint64_t CudaBackend::graph_launches() const {
 }
 
 bool CudaBackend::supports(const CNode& n) const {
+    // The KV kernels address a sequence's rows by position: the unpaged single-sequence layout only.
+    if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging.max_blocks == 1;
+    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->paging.max_blocks == 1;
     const auto* mm = std::get_if<meta::MatMul>(&n.meta);
     return !mm || cuda::quant_supported(mm->weight.type);
 }

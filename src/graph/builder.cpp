@@ -62,21 +62,20 @@ NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
     return node("swiglu", op::SwiGLU{}, {gate, up}, g_[gate].shape);
 }
 
-NodeId GraphBuilder::kvcache_store(int layer, NodeId k, NodeId v, NodeId pos, int64_t n_ctx) {
-    const int64_t n_embd = g_[k].shape[0];  // the declared shape sizes the persistent region
-    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer}, {k, v, pos},
-                {n_embd, n_ctx, 1, 1}, meta::Kv{n_embd, n_ctx});
+NodeId GraphBuilder::kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at, const meta::Kv& m) {
+    // The declared shape sizes the persistent region.
+    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer},
+                {k, v, at.positions, at.seq_slot, at.block_table}, {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
-NodeId GraphBuilder::kvcache_load(int layer, int64_t n_kv_embd, int64_t n_ctx) {
-    return node("kv_load." + std::to_string(layer), op::KvcacheLoad{layer}, {}, {n_kv_embd, n_ctx, 1, 1},
-                meta::Kv{n_kv_embd, n_ctx});
+NodeId GraphBuilder::kvcache_load(int layer, const meta::Kv& m) {
+    return node("kv_load." + std::to_string(layer), op::KvcacheLoad{layer}, {}, {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
-NodeId GraphBuilder::attn(NodeId q, NodeId kv, NodeId pos, const meta::Attn& m) {
+NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m) {
     // The output width comes from the metadata, not from q: with FusedQKV, q is a wider concat buffer.
-    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal}, {q, kv, pos},
-                {m.n_head * m.hd, nt(q), 1, 1}, m);
+    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal},
+                {q, kv, at.positions, at.seq_slot, at.block_table}, {m.n_head * m.hd, nt(q), 1, 1}, m);
 }
 
 NodeId GraphBuilder::fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {

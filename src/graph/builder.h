@@ -8,6 +8,12 @@
 
 namespace minfer {
 
+// The inputs that locate each token's KV slot: positions [nt], seq_slot [nt] (its block-table row) and
+// block_table [max_blocks, max_seqs] (meta::Paging says how they combine).
+struct KvIndex {
+    NodeId positions, seq_slot, block_table;
+};
+
 class GraphBuilder {
   public:
     // A leaf whose data arrives from outside each step (so positions never force a rebuild).
@@ -24,9 +30,10 @@ class GraphBuilder {
     NodeId mul(NodeId a, NodeId b);
     NodeId add(NodeId a, NodeId b);
     NodeId swiglu(NodeId gate, NodeId up);
-    NodeId kvcache_store(int layer, NodeId k, NodeId v, NodeId pos, int64_t n_ctx);  // -> [n_kv_embd, n_ctx]
-    NodeId kvcache_load(int layer, int64_t n_kv_embd, int64_t n_ctx);                // no sources
-    NodeId attn(NodeId q, NodeId kv, NodeId pos, const meta::Attn& m);               // -> [n_head * hd, nt]
+    NodeId kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at,
+                         const meta::Kv& m);            // [n_embd, n_ctx]
+    NodeId kvcache_load(int layer, const meta::Kv& m);  // no sources: a view [n_embd, n_ctx] of the region
+    NodeId attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m);  // -> [n_head * hd, nt]
 
     // Decode fusions. fused_qkv: -> Q [n_head * hd, nt]; K/V go straight into the layer's region.
     NodeId fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m);

@@ -11,22 +11,22 @@ namespace {
 std::atomic<uint64_t> next_uid{1};
 }
 
-ComputeGraph& GraphCache::replace(ComputeGraph g, const GraphParams& p) {
+ComputeGraph* GraphCache::find(const GraphParams& p) {
+    for (Entry& e : entries_)
+        if (e.params == p) return &e.graph;
+    return nullptr;
+}
+
+ComputeGraph& GraphCache::insert(ComputeGraph g, const GraphParams& p) {
     g.uid = next_uid.fetch_add(1);
-    graph_ = std::move(g);
-    params_ = p;
     ++builds_;
-    return *graph_;
+    return entries_.emplace_back(Entry{p, std::move(g)}).graph;
 }
 
-void GraphCache::clear() {
-    graph_.reset();
-    params_.reset();
-}
-
-void GraphCache::verify_structural(const ComputeGraph& rebuilt) const {
-    if (!graph_) throw Error("graph tripwire: nothing cached to compare with");
-    if (auto d = structural_diff(*graph_, rebuilt))
+void GraphCache::verify_structural(const GraphParams& p, const ComputeGraph& rebuilt) {
+    const ComputeGraph* cached = find(p);
+    if (!cached) throw Error("graph tripwire: nothing cached to compare with");
+    if (auto d = structural_diff(*cached, rebuilt))
         throw Error("graph tripwire: rebuilding with equal GraphParams gave a different graph: " + *d);
 }
 

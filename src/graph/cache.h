@@ -1,9 +1,10 @@
-// GraphCache: keeps the last built graph and the params that built it. Reuse is a params-only check
-// (topology is a function of GraphParams); the structural tripwire rebuilds and compares node for node
-// to catch a builder that secretly depends on something else.
+// GraphCache: one built graph per distinct GraphParams (in practice per token-count bucket), so prefill
+// and decode graphs do not rebuild each other. Reuse is a params-only lookup (topology is a function of
+// GraphParams); the structural tripwire rebuilds and compares node for node to catch a builder that
+// secretly depends on something else.
 #pragma once
 #include <cstdint>
-#include <optional>
+#include <deque>
 
 #include "graph/graph.h"
 #include "graph/params.h"
@@ -12,23 +13,27 @@ namespace minfer {
 
 class GraphCache {
   public:
-    // True when a graph built from params equal to `p` is cached (the caller refreshes inputs only).
-    bool try_reuse(const GraphParams& p) const { return graph_ && params_ == p; }
-    // Stores a freshly built graph with a new uid (monotonic per process) and returns it.
-    ComputeGraph& replace(ComputeGraph g, const GraphParams& p);
-    ComputeGraph& graph() { return *graph_; }
-    const GraphParams& params() const { return *params_; }
+    // The graph built from params equal to `p`, or nullptr (the caller then builds and inserts one).
+    ComputeGraph* find(const GraphParams& p);
+    // Stores a freshly built graph with a new uid (monotonic per process) and returns it; references to
+    // other entries stay valid.
+    ComputeGraph& insert(ComputeGraph g, const GraphParams& p);
+    size_t size() const { return entries_.size(); }
     uint64_t builds() const { return builds_; }
-    void clear();
+    void clear() { entries_.clear(); }
 
-    // Throws Error describing the first difference when `rebuilt` differs from the cached graph.
-    void verify_structural(const ComputeGraph& rebuilt) const;
+    // Throws Error describing the first difference when `rebuilt` differs from the graph cached for `p`
+    // (or when none is).
+    void verify_structural(const GraphParams& p, const ComputeGraph& rebuilt);
     // Whether callers should run the tripwire: on in debug builds and when MINFER_GRAPH_TRIPWIRE=1.
     static bool tripwire_enabled();
 
   private:
-    std::optional<ComputeGraph> graph_;
-    std::optional<GraphParams> params_;
+    struct Entry {
+        GraphParams params;
+        ComputeGraph graph;
+    };
+    std::deque<Entry> entries_;  // a deque: inserting keeps references to the others valid
     uint64_t builds_ = 0;
 };
 

@@ -47,15 +47,23 @@ struct Rope {
     float freq_base;
     bool operator==(const Rope&) const = default;
 };
+// How a token's KV slot is found: slot = block_table[seq_slot * max_blocks + pos / block] * block +
+// pos % block.
+struct Paging {
+    int64_t block, max_blocks;
+    bool operator==(const Paging&) const = default;
+};
 struct Attn {
     int layer;
     int64_t n_head, n_head_kv, hd, hd_kv;
     int64_t nkt;  // KV row stride = n_head_kv * hd_kv
     float scale;  // 1/sqrt(hd)
+    Paging paging;
     bool operator==(const Attn&) const = default;
 };
 struct Kv {
     int64_t n_embd, n_ctx;  // region shape [n_embd, n_ctx]
+    Paging paging;
     bool operator==(const Kv&) const = default;
 };
 struct FusedQkv {  // the three projections and everything their epilogue needs

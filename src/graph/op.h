@@ -1,7 +1,7 @@
 // Operations of the compute graph. Every op carries its full payload and compares by value, so two
 // graphs can be checked node for node (the reuse tripwire) and a dump reads `RmsNorm { eps: 1e-06 }`.
-// Positions are data, never structure: KV ops carry only their layer; the positions input node
-// tells them where to write and how far to attend.
+// Positions, sequence slots and block tables are data, never structure: KV ops carry only their layer;
+// the input nodes tell them where to write and how far to attend.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,7 +14,7 @@ enum class RopeStyle : uint8_t { Normal, Neox };  // Normal: adjacent pairs; Neo
 enum class AttnMode : uint8_t { Causal };
 
 namespace op {
-struct Input {  // leaf filled from outside each step (token ids, positions, tail ids)
+struct Input {  // leaf filled from outside each step (token ids, positions, slots, block table, out ids)
     bool operator==(const Input&) const = default;
 };
 struct GetRows {  // src: [table, ids]; embedding lookups and the n_out tail selection
@@ -38,11 +38,11 @@ struct Rope {
     RopeStyle style;
     bool operator==(const Rope&) const = default;
 };
-struct Attn {  // src: [q, kv_load, positions]
+struct Attn {  // src: [q, kv_load, positions, seq_slot, block_table]
     AttnMode mode;
     bool operator==(const Attn&) const = default;
 };
-struct KvcacheStore {  // src: [k, v, positions]; writes the layer's persistent region
+struct KvcacheStore {  // src: [k, v, positions, seq_slot, block_table]; writes the layer's region
     int layer;
     bool operator==(const KvcacheStore&) const = default;
 };

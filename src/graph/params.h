@@ -8,20 +8,28 @@ namespace minfer {
 
 enum class GraphType : uint8_t { Prefill, Decode };
 
+// The KV layout: n_ctx token slots shared by every sequence, in blocks of kv_block slots (a power of two,
+// at least 16, dividing n_ctx; or 0: one block of n_ctx, the unpaged layout of a single sequence); a
+// forward's tokens belong to at most max_seqs sequences, each reaching at most max_blocks() blocks
+// through its row of the block table.
 struct CParams {
-    int64_t n_ctx = 4096;  // sizes the persistent KV regions
+    int64_t n_ctx = 4096;  // KV token slots: sizes the persistent KV regions
+    int64_t kv_block = 0;  // token slots per KV block; 0: unpaged
+    int64_t max_seqs = 1;  // rows of the block table
     bool flash_attn = false;
     bool gpu = false;      // a GPU backend participates (enables the decode fusions)
     bool fuse_qkv = true;  // MINFER_NO_FUSE_QKV=1 turns off
     bool fuse_ffn = true;  // MINFER_NO_FUSE_FFN=1 turns off
     bool operator==(const CParams&) const = default;
+    int64_t block() const { return kv_block > 0 ? kv_block : n_ctx; }
+    int64_t max_blocks() const { return n_ctx / block(); }  // block-table entries per sequence
     // Defaults with the fusion toggles read from the environment.
     static CParams from_env(int64_t n_ctx, bool gpu);
 };
 
 struct GraphParams {
     int64_t n_tokens = 1;  // tokens in this forward pass
-    int64_t n_out = 1;     // rows of logits wanted (the last n_out tokens)
+    int64_t n_out = 1;     // rows of logits wanted (the out_ids input names them when n_out < n_tokens)
     GraphType gtype = GraphType::Decode;
     CParams cparams;
     uint64_t weights_version = 0;

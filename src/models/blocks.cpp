@@ -11,6 +11,14 @@ bool decode_fusion(const GraphParams& p, bool toggle) {
     return p.n_tokens == 1 && p.cparams.gpu && toggle;
 }
 
+meta::Paging paging(const GraphParams& p) {
+    return {p.cparams.block(), p.cparams.max_blocks()};
+}
+
+meta::Kv kv_meta(const Model& m, const GraphParams& p) {
+    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p)};
+}
+
 meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p) {
     const Hparams& hp = m.hp;
     return meta::FusedQkv{{l.wq, l.bq},
@@ -22,7 +30,7 @@ meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const Graph
                           {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base},
                           hp.n_head_kv,
                           hp.rope_style,
-                          {hp.n_kv_embd(), p.cparams.n_ctx}};
+                          kv_meta(m, p)};
 }
 
 // The unfused chain: three matmuls (bias inline), optional per-head norms, RoPE on Q and K, K/V store.
@@ -37,9 +45,9 @@ NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const Grap
         q = b.qk_norm(q, l.q_norm, hp.n_head, hp.head_dim, hp.rms_eps);
         k = b.qk_norm(k, l.k_norm, hp.n_head_kv, hp.head_dim, hp.rms_eps);
     }
-    q = b.rope(q, in.positions, hp.rope_style, {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base});
-    k = b.rope(k, in.positions, hp.rope_style, {hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base});
-    b.kvcache_store(il, k, v, in.positions, p.cparams.n_ctx);  // [n_kv_embd, n_ctx]
+    q = b.rope(q, in.kv.positions, hp.rope_style, {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base});
+    k = b.rope(k, in.kv.positions, hp.rope_style, {hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base});
+    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p));  // [n_kv_embd, n_ctx]
     return q;
 }
 
@@ -47,9 +55,12 @@ NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const Grap
 
 GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p) {
     GraphInputs in{};
+    const CParams& c = p.cparams;
     in.tokens = b.input("token_ids", {p.n_tokens, 1, 1, 1}, DType::I32);
-    in.positions = b.input("positions", {p.n_tokens, 1, 1, 1}, DType::I32);
-    in.tail_ids = p.n_out < p.n_tokens ? b.input("tail_ids", {p.n_out, 1, 1, 1}, DType::I32) : -1;
+    in.kv.positions = b.input("positions", {p.n_tokens, 1, 1, 1}, DType::I32);
+    in.kv.seq_slot = b.input("seq_slot", {p.n_tokens, 1, 1, 1}, DType::I32);
+    in.kv.block_table = b.input("block_table", {c.max_blocks(), c.max_seqs, 1, 1}, DType::I32);
+    in.out_ids = p.n_out < p.n_tokens ? b.input("out_ids", {p.n_out, 1, 1, 1}, DType::I32) : -1;
     return in;
 }
 
@@ -62,26 +73,27 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     const bool qk_same = l.wq.type == l.wk.type;
     NodeId q;
     if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same && qk_norm == QkNormKind::PerHead) {
-        q = b.fused_qkv_norm(il, x, in.positions, fused_qkv_meta(m, l, p));
+        q = b.fused_qkv_norm(il, x, in.kv.positions, fused_qkv_meta(m, l, p));
     } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same) {
-        q = b.fused_qkv(il, x, in.positions, fused_qkv_meta(m, l, p));
+        q = b.fused_qkv(il, x, in.kv.positions, fused_qkv_meta(m, l, p));
     } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);
-        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.positions, fused_qkv_meta(m, l, p));
+        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv.positions, fused_qkv_meta(m, l, p));
     } else {
         q = project_qkv(b, m, il, x, in, p, qk_norm);
     }
-    const NodeId kv = b.kvcache_load(il, hp.n_kv_embd(), p.cparams.n_ctx);  // view of the region
+    const NodeId kv = b.kvcache_load(il, kv_meta(m, p));  // [n_kv_embd, n_ctx] view of the region
     const meta::Attn am{il,
                         hp.n_head,
                         hp.n_head_kv,
                         hp.head_dim,
                         hp.head_dim,
                         hp.n_kv_embd(),
-                        float(1.0 / std::sqrt(double(hp.head_dim)))};
-    return b.attn(q, kv, in.positions, am);  // [n_q_embd, nt]
+                        float(1.0 / std::sqrt(double(hp.head_dim))),
+                        paging(p)};
+    return b.attn(q, kv, in.kv, am);  // [n_q_embd, nt]
 }
 
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p) {
@@ -97,10 +109,10 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
 }
 
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer) {
-    if (!last_layer || in.tail_ids < 0) return b.add(residual, cur);
-    const NodeId cur_tail = b.get_rows(cur, in.tail_ids);       // [n_embd, n_out]
-    const NodeId res_tail = b.get_rows(residual, in.tail_ids);  // [n_embd, n_out]
-    return b.add(res_tail, cur_tail);
+    if (!last_layer || in.out_ids < 0) return b.add(residual, cur);
+    const NodeId cur_out = b.get_rows(cur, in.out_ids);       // [n_embd, n_out]
+    const NodeId res_out = b.get_rows(residual, in.out_ids);  // [n_embd, n_out]
+    return b.add(res_out, cur_out);
 }
 
 void output_head(GraphBuilder& b, const Model& m, NodeId h) {

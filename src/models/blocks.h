@@ -8,14 +8,14 @@
 namespace minfer {
 
 struct GraphInputs {
-    NodeId tokens;     // [nt] i32
-    NodeId positions;  // [nt] i32: KV slot of every token (data, not structure)
-    NodeId tail_ids;   // [n_out] i32: rows to keep after the last attention; -1 when n_out == nt
+    NodeId tokens;  // [nt] i32
+    KvIndex kv;     // positions [nt], seq_slot [nt], block_table [max_blocks, max_seqs] (data, not structure)
+    NodeId out_ids;  // [n_out] i32: rows to keep after the last attention; -1 when n_out == nt
 };
 
 enum class QkNormKind : uint8_t { None, PerHead };  // PerHead: Qwen3's RMSNorm of each Q/K head
 
-// Declares the input leaves at the graph head (tail_ids too, though only the last layer reads it:
+// Declares the input leaves at the graph head (out_ids too, though only the last layer reads it:
 // a mid-graph input would split execution into extra backend segments).
 GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p);
 
@@ -27,7 +27,7 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
 // down(silu(gate(x)) * up(x)); x: [n_embd, nt] -> [n_embd, nt].
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p);
 
-// residual + cur; on the last layer with n_out < nt both operands are first narrowed to the tail rows,
+// residual + cur; on the last layer with n_out < nt both operands are first narrowed to the out_ids rows,
 // so the last FFN, final norm and lm_head run on n_out rows. -> [n_embd, nt or n_out].
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer);
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <utility>
 
 #include "sched/passes.h"
 #include "util/error.h"
@@ -88,51 +87,6 @@ BufferPlan plan_buffers(const ComputeGraph& g) {
     }
     plan.arena_floats = arena.high_water();
     return plan;
-}
-
-std::vector<KvShape> kv_shapes(const ComputeGraph& g) {
-    std::vector<KvShape> out;
-    for (const CNode& n : g.nodes) {
-        // Loads too: a fused decode graph stores K/V inside FusedQKV and has only the load views.
-        const auto* st = std::get_if<op::KvcacheStore>(&n.op);
-        const auto* ld = std::get_if<op::KvcacheLoad>(&n.op);
-        if (st || ld) out.push_back({st ? st->layer : ld->layer, n.shape[0], n.shape[1]});
-    }
-    return out;
-}
-
-void KvCache::reserve(const ComputeGraph& g) {
-    for (const KvShape& s : kv_shapes(g)) {
-        if (size_t(s.layer) >= regions_.size()) regions_.resize(size_t(s.layer) + 1);
-        Region& r = regions_[size_t(s.layer)];
-        if (r.n_embd == s.n_embd && r.n_ctx == s.n_ctx) continue;  // survives the rebuild untouched
-        if (r.n_embd != 0)
-            throw Error("KV region of layer " + std::to_string(s.layer) +
-                        " was declared with a different shape");
-        r.n_embd = s.n_embd;
-        r.n_ctx = s.n_ctx;
-    }
-}
-
-KvCache::Region& KvCache::layer(int il) {
-    Region& r = const_cast<Region&>(std::as_const(*this).layer(il));
-    if (r.k.empty()) {  // host memory only for layers a host backend touches
-        r.k.assign(size_t(r.n_embd * r.n_ctx), 0.0f);
-        r.v.assign(size_t(r.n_embd * r.n_ctx), 0.0f);
-    }
-    return r;
-}
-
-const KvCache::Region& KvCache::layer(int il) const {
-    if (il < 0 || size_t(il) >= regions_.size() || regions_[size_t(il)].n_embd == 0)
-        throw Error("no KV region for layer " + std::to_string(il));
-    return regions_[size_t(il)];
-}
-
-size_t KvCache::bytes() const {
-    size_t b = 0;
-    for (const Region& r : regions_) b += (r.k.size() + r.v.size()) * sizeof(float);
-    return b;
 }
 
 }  // namespace minfer

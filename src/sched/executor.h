@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/kv_cache.h"
 #include "sched/alloc.h"
 
 namespace minfer {

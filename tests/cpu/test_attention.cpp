@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -16,6 +17,14 @@ namespace {
 
 using test::kU;
 using test::random_floats;
+
+// One block holding all `rows` rows (at least 16): the contiguous layout.
+KvRows contiguous(const std::vector<float>& k, const std::vector<float>& v, int64_t stride, int64_t rows) {
+    static const int32_t first_block = 0;
+    int shift = kMinBlockShift;
+    while ((int64_t(1) << shift) < rows) ++shift;
+    return {k.data(), v.data(), stride, &first_block, shift};
+}
 
 struct Shape {
     int64_t n_head, n_head_kv, hd, pad;  // pad: extra floats at the end of each KV row (kv_stride slack)
@@ -49,10 +58,9 @@ void check_attention(const Shape& s, int64_t rows, float scale, float qk_amp, st
     const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
     std::vector<float> out(q.size()), want(q.size()),
         scratch(static_cast<size_t>(rows * (s.n_head / s.n_head_kv)));
-    attention(q.data(), k.data(), v.data(), out.data(), s.n_head, s.n_head_kv, s.hd, stride, rows, scale,
-              scratch.data());
-    attention_ref(q.data(), k.data(), v.data(), want.data(), s.n_head, s.n_head_kv, s.hd, stride, rows,
-                  scale);
+    const KvRows kv = contiguous(k, v, stride, rows);
+    attention(q.data(), kv, out.data(), s.n_head, s.n_head_kv, s.hd, rows, scale, scratch.data());
+    attention_ref(q.data(), kv, want.data(), s.n_head, s.n_head_kv, s.hd, rows, scale);
     const int64_t group = s.n_head / s.n_head_kv;
     for (int64_t h = 0; h < s.n_head; ++h) {
         const int64_t off = (h / group) * s.hd;
@@ -97,16 +105,55 @@ TEST(Attention, ReferenceClosedForms) {
     auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
     const auto v = random_floats(rng, rows * stride, -1.0f, 1.0f);
     std::vector<float> out(static_cast<size_t>(n_head * hd));
-    attention_ref(q.data(), k.data(), v.data(), out.data(), n_head, n_kv, hd, stride, 1, 0.25f);
+    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, 1, 0.25f);
     for (int64_t h = 0; h < n_head; ++h)
         for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(h * hd + d)], v[size_t((h / 2) * hd + d)]);
     for (int64_t j = 1; j < rows; ++j) std::copy_n(k.begin(), stride, k.begin() + j * stride);
-    attention_ref(q.data(), k.data(), v.data(), out.data(), n_head, n_kv, hd, stride, rows, 0.25f);
+    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, rows, 0.25f);
     for (int64_t h = 0; h < n_head; ++h) {
         for (int64_t d = 0; d < hd; ++d) {
             double mean = 0.0;
             for (int64_t j = 0; j < rows; ++j) mean += v[size_t(j * stride + (h / 2) * hd + d)];
             EXPECT_NEAR(out[size_t(h * hd + d)], mean / rows, 1e-7);
+        }
+    }
+}
+
+// Paged rows: the same logical rows scattered over shuffled blocks of 16 and 32 rows give the contiguous
+// layout's result bit for bit (the arithmetic reads rows in logical order whatever their address), for
+// the SIMD kernels and the reference alike.
+TEST(Attention, PagedRowsMatchContiguousBitForBit) {
+    std::mt19937 rng(14);
+    for (const Shape& s : {Shape{14, 2, 64, 0}, Shape{8, 4, 128, 0}, Shape{4, 2, 100, 5}}) {
+        for (int shift : {4, 5}) {
+            for (int64_t rows : {1, 15, 16, 17, 64, 65, 200}) {
+                const int64_t stride = s.n_head_kv * s.hd + s.pad, block = int64_t(1) << shift;
+                const int64_t n_blocks = (rows + block - 1) / block, slots = (n_blocks + 3) * block;
+                const auto q = random_floats(rng, s.n_head * s.hd, -1.0f, 1.0f);
+                const auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
+                const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
+                std::vector<int32_t> table(size_t(n_blocks + 3));
+                for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+                std::shuffle(table.begin(), table.end(), rng);
+                std::vector<float> pk(size_t(slots * stride)), pv(pk.size());
+                const KvRows paged{pk.data(), pv.data(), stride, table.data(), shift};
+                for (int64_t j = 0; j < rows; ++j) {
+                    std::copy_n(&k[size_t(j * stride)], stride, &pk[size_t(paged.physical(j) * stride)]);
+                    std::copy_n(&v[size_t(j * stride)], stride, &pv[size_t(paged.physical(j) * stride)]);
+                }
+                const KvRows flat = contiguous(k, v, stride, rows);
+                std::vector<float> a(q.size()), b(q.size()), ra(q.size()), rb(q.size());
+                std::vector<float> scratch(size_t(rows * (s.n_head / s.n_head_kv)));
+                attention(q.data(), flat, a.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f,
+                          scratch.data());
+                attention(q.data(), paged, b.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f,
+                          scratch.data());
+                attention_ref(q.data(), flat, ra.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f);
+                attention_ref(q.data(), paged, rb.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f);
+                EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                    << rows << " " << shift;
+                EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)));
+            }
         }
     }
 }

@@ -387,10 +387,12 @@ TEST_F(CliGraphDump, RunDumpsAreConsistent) {
         for (const json& e : g["edges"]) EXPECT_NE(e[1], n["id"]) << n["name"];
     }
     EXPECT_GT(kv_loads, 0);
-    const json* tail = node_named(g, "tail_ids");
-    ASSERT_NE(tail, nullptr);
-    EXPECT_TRUE(is_input(g, *tail));
-    EXPECT_EQ((*tail)["op"], "Input");
+    for (const char* name : {"positions", "seq_slot", "block_table", "out_ids"}) {
+        const json* input = node_named(g, name);
+        ASSERT_NE(input, nullptr) << name;
+        EXPECT_TRUE(is_input(g, *input)) << name;
+        EXPECT_EQ((*input)["op"], "Input") << name;
+    }
 
     // The DOT file declares every node and edge of the JSON dump.
     const std::regex node_line("\\n  n\\d+ \\[label="), edge_line("\\n  n\\d+ -> n\\d+;");
@@ -420,7 +422,7 @@ TEST_F(CliGraphDump, EvalGraphKeepsEveryPosition) {
     ASSERT_TRUE(g.contains("nodes")) << g;
     EXPECT_EQ(g["params"]["n_tokens"], kPromptLen);
     EXPECT_EQ(g["params"]["n_out"], kPromptLen);
-    EXPECT_EQ(node_named(g, "tail_ids"), nullptr);
+    EXPECT_EQ(node_named(g, "out_ids"), nullptr);
     EXPECT_FALSE(dot.empty());
 }
 

@@ -1,6 +1,6 @@
 // The graph IR, the builder, the reuse identity and the node census (design seed 05, §2.3–2.8, 3.4).
 // Expectations come from the design: the per-layer node listing of §2.5, the census formula
-// 3 inputs + embedding + 18 per layer + 2 tail rows + final norm + lm_head, and the stated invariants.
+// 5 inputs + embedding + 18 per layer + 2 out rows + final norm + lm_head, and the stated invariants.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,17 +170,17 @@ TEST(Reuse, reuse_requires_equal_params) {
     c.n_ctx = 128;
     const GraphParams p = GraphParams::make(5, 1, c);
     GraphCache cache;
-    EXPECT_FALSE(cache.try_reuse(p)) << "an empty cache reuses nothing";
-    const uint64_t uid = cache.replace(m->build_graph(*m, p), p).uid;
+    EXPECT_FALSE(cache.find(p)) << "an empty cache reuses nothing";
+    const uint64_t uid = cache.insert(m->build_graph(*m, p), p).uid;
     EXPECT_NE(uid, 0u);
     EXPECT_EQ(cache.builds(), 1u);
-    EXPECT_TRUE(cache.try_reuse(p));
-    EXPECT_TRUE(cache.try_reuse(GraphParams(p)));
+    EXPECT_TRUE(cache.find(p));
+    EXPECT_TRUE(cache.find(GraphParams(p)));
 
     auto changed = [&](auto&& edit) {
         GraphParams q = p;
         edit(q);
-        return cache.try_reuse(q);
+        return cache.find(q) != nullptr;
     };
     EXPECT_FALSE(changed([](GraphParams& q) { q.n_tokens = 6; }));
     EXPECT_FALSE(changed([](GraphParams& q) { q.n_out = 2; }));
@@ -188,29 +188,33 @@ TEST(Reuse, reuse_requires_equal_params) {
     EXPECT_FALSE(changed([](GraphParams& q) { q.weights_version = 1; }));
     EXPECT_FALSE(changed([](GraphParams& q) { q.cparams.n_ctx = 256; }));
     EXPECT_FALSE(changed([](GraphParams& q) { q.cparams.flash_attn = true; }));
+    EXPECT_FALSE(changed([](GraphParams& q) { q.cparams.kv_block = 32; }));
+    EXPECT_FALSE(changed([](GraphParams& q) { q.cparams.max_seqs = 4; }));
 
     const GraphParams d = GraphParams::make(1, 1, c);
-    EXPECT_GT(cache.replace(m->build_graph(*m, d), d).uid, uid) << "uids are monotonic";
+    ComputeGraph& decode = cache.insert(m->build_graph(*m, d), d);
+    EXPECT_GT(decode.uid, uid) << "uids are monotonic";
     EXPECT_EQ(cache.builds(), 2u);
-    EXPECT_TRUE(cache.try_reuse(d));
-    EXPECT_FALSE(cache.try_reuse(p)) << "only the last graph is cached";
+    EXPECT_EQ(cache.find(d), &decode);
+    ASSERT_TRUE(cache.find(p)) << "one graph per params: prefill and decode do not evict each other";
+    EXPECT_EQ(cache.find(p)->uid, uid);
     cache.clear();
-    EXPECT_FALSE(cache.try_reuse(d));
+    EXPECT_FALSE(cache.find(d));
 }
 
 TEST(Reuse, fuse_flags_are_part_of_the_reuse_identity) {
     const auto m = synth("qwen2", 2);
     const GraphParams p = decode_params(true);
     GraphCache cache;
-    cache.replace(m->build_graph(*m, p), p);
-    EXPECT_TRUE(cache.try_reuse(p));
-    EXPECT_FALSE(cache.try_reuse(decode_params(false)));
-    EXPECT_FALSE(cache.try_reuse(decode_params(true, false, true)));
-    EXPECT_FALSE(cache.try_reuse(decode_params(true, true, false)));
+    const ComputeGraph& fused = cache.insert(m->build_graph(*m, p), p);
+    EXPECT_TRUE(cache.find(p));
+    EXPECT_FALSE(cache.find(decode_params(false)));
+    EXPECT_FALSE(cache.find(decode_params(true, false, true)));
+    EXPECT_FALSE(cache.find(decode_params(true, true, false)));
     // ... and rightly so: each toggle changes the topology.
     for (const GraphParams& q :
          {decode_params(false), decode_params(true, false, true), decode_params(true, true, false)})
-        EXPECT_TRUE(structural_diff(cache.graph(), m->build_graph(*m, q)));
+        EXPECT_TRUE(structural_diff(fused, m->build_graph(*m, q)));
 
     // The environment toggles reach the params (and so force a rebuild through the front door).
     const char* saved_qkv = std::getenv("MINFER_NO_FUSE_QKV");
@@ -244,30 +248,32 @@ TEST(Reuse, structural_check_detects_different_graph) {
     c.n_ctx = 128;
     const GraphParams p = GraphParams::make(5, 1, c);
     GraphCache cache;
-    EXPECT_TRUE(error_of([&] { cache.verify_structural(m->build_graph(*m, p)); })) << "nothing cached";
-    cache.replace(m->build_graph(*m, p), p);
-    EXPECT_NO_THROW(cache.verify_structural(m->build_graph(*m, p)));
+    EXPECT_TRUE(error_of([&] { cache.verify_structural(p, m->build_graph(*m, p)); })) << "nothing cached";
+    const ComputeGraph& cached = cache.insert(m->build_graph(*m, p), p);
+    EXPECT_NO_THROW(cache.verify_structural(p, m->build_graph(*m, p)));
 
-    EXPECT_TRUE(error_of([&] { cache.verify_structural(m->build_graph(*m, GraphParams::make(6, 1, c))); }));
-    EXPECT_TRUE(error_of([&] { cache.verify_structural(m->build_graph(*m, GraphParams::make(5, 5, c))); }));
+    EXPECT_TRUE(
+        error_of([&] { cache.verify_structural(p, m->build_graph(*m, GraphParams::make(6, 1, c))); }));
+    EXPECT_TRUE(
+        error_of([&] { cache.verify_structural(p, m->build_graph(*m, GraphParams::make(5, 5, c))); }));
     GraphParams other_ctx = p;
     other_ctx.cparams.n_ctx = 256;
-    EXPECT_TRUE(error_of([&] { cache.verify_structural(m->build_graph(*m, other_ctx)); }));
+    EXPECT_TRUE(error_of([&] { cache.verify_structural(p, m->build_graph(*m, other_ctx)); }));
 
     // One tampered node at a time; the error names the node.
-    const NodeId norm = 4;  // layer 0's attn_norm (§2.5)
-    ASSERT_TRUE(std::holds_alternative<op::RmsNorm>(cache.graph()[norm].op));
+    const NodeId norm = 6;  // layer 0's attn_norm (§2.5, after the five inputs)
+    ASSERT_TRUE(std::holds_alternative<op::RmsNorm>(cached[norm].op));
     auto tampered = [&](auto&& edit) {
         ComputeGraph g = m->build_graph(*m, p);
         edit(g[norm]);
-        return error_of([&] { cache.verify_structural(g); });
+        return error_of([&] { cache.verify_structural(p, g); });
     };
     for (const auto& msg :
          {tampered([](CNode& n) { n.op = op::RmsNorm{1e-5f}; }), tampered([](CNode& n) { n.src = {0}; }),
           tampered([](CNode& n) { n.shape[1] += 1; }),
           tampered([](CNode& n) { std::get<meta::Weight>(n.meta).weight.name += "x"; })}) {
         ASSERT_TRUE(msg) << "a tampered node passed the structural check";
-        EXPECT_NE(msg->find("node 4"), std::string::npos) << *msg;
+        EXPECT_NE(msg->find("node 6"), std::string::npos) << *msg;
     }
 }
 
@@ -294,17 +300,22 @@ TEST(Census, qwen2_prefill_graph_of_30_tokens) {
     const auto m = synth("qwen2", L);
     Session s(*m, {128, 1});
     const ComputeGraph g = s.planned_graph(s.params_for(30, 1));
-    ASSERT_EQ(g.nodes.size(), size_t(3 + 1 + L * 18 + 2 + 1 + 1));
-    ASSERT_EQ(g.nodes.size(), 440u);
+    // §2.5's 440 nodes plus the two inputs of the paged KV cache (seq_slot, block_table).
+    ASSERT_EQ(g.nodes.size(), size_t(5 + 1 + L * 18 + 2 + 1 + 1));
+    ASSERT_EQ(g.nodes.size(), 442u);
 
-    EXPECT_EQ(g.inputs, (std::vector<NodeId>{0, 1, 2}));
+    EXPECT_EQ(g.inputs, (std::vector<NodeId>{0, 1, 2, 3, 4}));
     EXPECT_EQ(g[0].name, "token_ids");
     EXPECT_EQ(g[1].name, "positions");
-    EXPECT_EQ(g[2].name, "tail_ids");
+    EXPECT_EQ(g[2].name, "seq_slot");
+    EXPECT_EQ(g[3].name, "block_table");
+    EXPECT_EQ(g[4].name, "out_ids");
     for (NodeId i : g.inputs) EXPECT_EQ(g[i].dtype, DType::I32);
-    EXPECT_EQ(g[2].shape[0], 1) << "tail_ids holds n_out rows";
-    EXPECT_EQ(g.outputs, (std::vector<NodeId>{439}));
-    EXPECT_EQ(op_names(g, 3, 4), (std::vector<std::string>{"GetRows"}));
+    EXPECT_EQ(g[2].shape[0], 30) << "seq_slot holds one block-table row per token";
+    EXPECT_EQ(g[3].shape, (Shape{128 / 32, 1, 1, 1})) << "block_table: [max_blocks, max_seqs]";
+    EXPECT_EQ(g[4].shape[0], 1) << "out_ids holds n_out rows";
+    EXPECT_EQ(g.outputs, (std::vector<NodeId>{441}));
+    EXPECT_EQ(op_names(g, 5, 6), (std::vector<std::string>{"GetRows"}));
 
     const auto readers = g.consumers();
     EXPECT_EQ(count_op(g, "SwiGLU"), L);
@@ -317,35 +328,42 @@ TEST(Census, qwen2_prefill_graph_of_30_tokens) {
     }
 
     for (int il = 0; il < L; ++il) {
-        const NodeId base = 4 + 18 * il;
+        const NodeId base = 6 + 18 * il;
         const bool last = il == L - 1;
         EXPECT_EQ(op_names(g, base, base + (last ? 20 : 18)), last ? last_layer_ops(kLayerOps) : kLayerOps)
             << "layer " << il;
         EXPECT_EQ(g[base + 6].op, Op{op::KvcacheStore{il}});
         EXPECT_EQ(g[base + 7].op, Op{op::KvcacheLoad{il}});
     }
-    EXPECT_EQ(op_names(g, 438, 440), (std::vector<std::string>{"RmsNorm", "MatMul"}));
+    EXPECT_EQ(op_names(g, 440, 442), (std::vector<std::string>{"RmsNorm", "MatMul"}));
 
-    // Edges of layer 0 as listed in §2.5.
-    const std::map<NodeId, std::vector<NodeId>> edges = {
-        {3, {0}},        {4, {3}},   {5, {4}},         {6, {4}},   {7, {4}},      {8, {5, 1}}, {9, {6, 1}},
-        {10, {9, 7, 1}}, {11, {}},   {12, {8, 11, 1}}, {13, {12}}, {14, {3, 13}}, {15, {14}},  {16, {15}},
-        {17, {15}},      {18, {16}}, {19, {16, 17}},   {20, {19}}, {21, {14, 20}}};
+    // Edges of layer 0 as listed in §2.5 (ids after the five inputs); the KV store and attention also
+    // read seq_slot and block_table (2, 3).
+    const std::map<NodeId, std::vector<NodeId>> edges = {{5, {0}},       {6, {5}},
+                                                         {7, {6}},       {8, {6}},
+                                                         {9, {6}},       {10, {7, 1}},
+                                                         {11, {8, 1}},   {12, {11, 9, 1, 2, 3}},
+                                                         {13, {}},       {14, {10, 13, 1, 2, 3}},
+                                                         {15, {14}},     {16, {5, 15}},
+                                                         {17, {16}},     {18, {17}},
+                                                         {19, {17}},     {20, {18}},
+                                                         {21, {18, 19}}, {22, {21}},
+                                                         {23, {16, 22}}};
     for (const auto& [id, src] : edges) EXPECT_EQ(g[id].src, src) << "node " << id;
-    // The tail: both sides of the last residual add narrow to tail_ids (nodes 428, 429).
-    EXPECT_EQ(g[428].src, (std::vector<NodeId>{427, 2}));
-    EXPECT_EQ(g[429].src, (std::vector<NodeId>{417, 2}));
-    EXPECT_EQ(g[438].src, (std::vector<NodeId>{437}));
-    EXPECT_EQ(g[439].src, (std::vector<NodeId>{438}));
+    // The out rows: both sides of the last residual add narrow to out_ids (nodes 430, 431).
+    EXPECT_EQ(g[430].src, (std::vector<NodeId>{429, 4}));
+    EXPECT_EQ(g[431].src, (std::vector<NodeId>{419, 4}));
+    EXPECT_EQ(g[440].src, (std::vector<NodeId>{439}));
+    EXPECT_EQ(g[441].src, (std::vector<NodeId>{440}));
 
-    // Shapes: [width, tokens]; KV nodes declare the region; the tail shrinks to n_out rows.
+    // Shapes: [width, tokens]; KV nodes declare the region; the out rows shrink to n_out.
     const Hparams& hp = m->hp;
-    EXPECT_EQ(g[5].shape, (Shape{hp.n_q_embd(), 30, 1, 1}));
-    EXPECT_EQ(g[6].shape, (Shape{hp.n_kv_embd(), 30, 1, 1}));
-    EXPECT_EQ(g[10].shape, (Shape{hp.n_kv_embd(), 128, 1, 1}));
-    EXPECT_EQ(g[12].shape, (Shape{hp.n_q_embd(), 30, 1, 1}));
-    EXPECT_EQ(g[428].shape, (Shape{hp.n_embd, 1, 1, 1}));
-    EXPECT_EQ(g[439].shape, (Shape{hp.n_vocab, 1, 1, 1}));
+    EXPECT_EQ(g[7].shape, (Shape{hp.n_q_embd(), 30, 1, 1}));
+    EXPECT_EQ(g[8].shape, (Shape{hp.n_kv_embd(), 30, 1, 1}));
+    EXPECT_EQ(g[12].shape, (Shape{hp.n_kv_embd(), 128, 1, 1}));
+    EXPECT_EQ(g[14].shape, (Shape{hp.n_q_embd(), 30, 1, 1}));
+    EXPECT_EQ(g[430].shape, (Shape{hp.n_embd, 1, 1, 1}));
+    EXPECT_EQ(g[441].shape, (Shape{hp.n_vocab, 1, 1, 1}));
 }
 
 TEST(Census, qwen2_decode_graph) {
@@ -353,12 +371,12 @@ TEST(Census, qwen2_decode_graph) {
     const auto m = synth("qwen2", L);
     Session s(*m, {128, 1});
     const ComputeGraph g = s.planned_graph(s.params_for(1, 1));
-    EXPECT_EQ(g.nodes.size(), size_t(2 + 1 + L * 18 + 1 + 1));
-    EXPECT_EQ(g.nodes.size(), 437u);
-    EXPECT_EQ(g.inputs, (std::vector<NodeId>{0, 1}));
-    EXPECT_EQ(g.find_input("tail_ids"), -1);
+    EXPECT_EQ(g.nodes.size(), size_t(4 + 1 + L * 18 + 1 + 1));
+    EXPECT_EQ(g.nodes.size(), 439u);
+    EXPECT_EQ(g.inputs, (std::vector<NodeId>{0, 1, 2, 3}));
+    EXPECT_EQ(g.find_input("out_ids"), -1);
     EXPECT_EQ(count_op(g, "GetRows"), 1) << "only the embedding: nothing to narrow";
-    EXPECT_EQ(g.outputs, (std::vector<NodeId>{436}));
+    EXPECT_EQ(g.outputs, (std::vector<NodeId>{438}));
 }
 
 TEST(Census, qwen3_adds_two_qk_norms_per_layer) {
@@ -366,16 +384,16 @@ TEST(Census, qwen3_adds_two_qk_norms_per_layer) {
     const auto m = synth("qwen3", L);
     Session s(*m, {128, 1});
     const ComputeGraph g = s.planned_graph(s.params_for(30, 1));
-    ASSERT_EQ(g.nodes.size(), size_t(440 + 2 * L));
+    ASSERT_EQ(g.nodes.size(), size_t(442 + 2 * L));
     EXPECT_EQ(count_op(g, "QkNorm"), 2 * L);
     const std::vector<std::string> layer = qk_norm_layer_ops(kLayerOps);
     for (int il = 0; il < L; ++il) {
-        const NodeId base = 4 + 20 * il;
+        const NodeId base = 6 + 20 * il;
         const bool last = il == L - 1;
         EXPECT_EQ(op_names(g, base, base + (last ? 22 : 20)), last ? last_layer_ops(layer) : layer)
             << "layer " << il;
     }
-    EXPECT_EQ(s.planned_graph(s.params_for(1, 1)).nodes.size(), size_t(437 + 2 * L));
+    EXPECT_EQ(s.planned_graph(s.params_for(1, 1)).nodes.size(), size_t(439 + 2 * L));
 }
 
 TEST(Census, real_model_follows_the_formula) {
@@ -384,9 +402,9 @@ TEST(Census, real_model_follows_the_formula) {
     const auto m = Model::load(file);
     Session s(*m, {256, 1});
     const auto L = size_t(m->hp.n_layer);
-    EXPECT_EQ(s.planned_graph(s.params_for(30, 1)).nodes.size(), 3 + 1 + 18 * L + 2 + 2);
-    EXPECT_EQ(s.planned_graph(s.params_for(30, 30)).nodes.size(), 2 + 1 + 18 * L + 2);
-    EXPECT_EQ(s.planned_graph(s.params_for(1, 1)).nodes.size(), 2 + 1 + 18 * L + 2);
+    EXPECT_EQ(s.planned_graph(s.params_for(30, 1)).nodes.size(), 5 + 1 + 18 * L + 2 + 2);
+    EXPECT_EQ(s.planned_graph(s.params_for(30, 30)).nodes.size(), 4 + 1 + 18 * L + 2);
+    EXPECT_EQ(s.planned_graph(s.params_for(1, 1)).nodes.size(), 4 + 1 + 18 * L + 2);
 }
 
 // ---- decode fusions at graph level (§2.6) -----------------------------------------------------
@@ -405,7 +423,7 @@ TEST(Fused, decode_fusions_replace_their_chains) {
                           Case{"llama", "FusedQKV", 5, 3, 18}}) {
         SCOPED_TRACE(c.arch);
         const auto m = synth(c.arch, L);
-        const size_t frame = 2 + 1 + 2;  // inputs, embedding, final norm, lm_head
+        const size_t frame = 4 + 1 + 2;  // inputs, embedding, final norm, lm_head
         auto nodes = [&](const GraphParams& p) { return m->build_graph(*m, p).nodes.size(); };
         EXPECT_EQ(nodes(decode_params(false)), frame + size_t(L * c.layer_nodes));
         EXPECT_EQ(nodes(decode_params(true, false, false)), frame + size_t(L * c.layer_nodes));

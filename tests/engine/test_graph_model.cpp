@@ -80,13 +80,16 @@ TEST(Graph, kv_nodes_carry_layer_only) {
     const ComputeGraph g = a.planned_graph(a.params_for(4, 1));
     EXPECT_EQ(structural_diff(g, b.planned_graph(b.params_for(4, 1))), std::nullopt);
 
-    const NodeId positions = g.find_input("positions");
+    const NodeId positions = g.find_input("positions"), slot = g.find_input("seq_slot"),
+                 table = g.find_input("block_table");
     std::vector<int> stores(L, 0), loads(L, 0);
     for (const CNode& n : g.nodes) {
         if (const auto* st = std::get_if<op::KvcacheStore>(&n.op)) {
             ++stores[size_t(st->layer)];
-            ASSERT_EQ(n.src.size(), 3u);
+            ASSERT_EQ(n.src.size(), 5u);
             EXPECT_EQ(n.src[2], positions) << "where to write arrives as data";
+            EXPECT_EQ(n.src[3], slot) << "so does the sequence";
+            EXPECT_EQ(n.src[4], table) << "and its blocks";
             EXPECT_EQ(n.shape, (Shape{m->hp.n_kv_embd(), 64, 1, 1})) << "the region, not the rows written";
         }
         if (const auto* ld = std::get_if<op::KvcacheLoad>(&n.op)) {
@@ -199,13 +202,13 @@ void expect_tail_matches_full(const Model& m, float tol) {
     Session s(m, {64, 2});
     const std::span<const float> all = s.forward(ids, nt);
     ASSERT_EQ(int64_t(all.size()), nt * nv);
-    EXPECT_EQ(s.graph().find_input("tail_ids"), -1) << "n_out == nt needs no tail";
+    EXPECT_EQ(s.graph().find_input("out_ids"), -1) << "n_out == nt needs no out_ids";
     const std::vector<float> full(all.begin(), all.end());
     for (const int64_t n_out : {int64_t(1), int64_t(3)}) {
         s.reset();
         const std::span<const float> tail = s.forward(ids, n_out);
         ASSERT_EQ(int64_t(tail.size()), n_out * nv);
-        EXPECT_GE(s.graph().find_input("tail_ids"), 0);
+        EXPECT_GE(s.graph().find_input("out_ids"), 0);
         EXPECT_LE(max_abs_diff(tail, std::span(full).subspan(size_t((nt - n_out) * nv))), tol)
             << "n_out " << n_out;
     }
@@ -248,6 +251,9 @@ class Driver {
         std::iota(pos.begin(), pos.end(), int32_t(n_past_));
         exec_.fill_input(graph_.find_input("token_ids"), tokens);
         exec_.fill_input(graph_.find_input("positions"), pos);
+        const std::vector<int32_t> slots(tokens.size(), 0), table{0};  // one sequence, unpaged
+        exec_.fill_input(graph_.find_input("seq_slot"), slots);
+        exec_.fill_input(graph_.find_input("block_table"), table);
         exec_.run(graph_);
         n_past_ += nt;
         const float* out = exec_.data(graph_.outputs.front());

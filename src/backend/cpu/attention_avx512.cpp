@@ -51,26 +51,35 @@ inline __m512 sum16(const __m512 (&v)[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(f, g, 0x88), _mm512_shuffle_f32x4(f, g, 0xDD));
 }
 
+// Physical row of logical row j (KvRows::physical, kept local: see kernels_avx2.h on shared inlines).
+inline int64_t physical(const KvRows& kv, int64_t j) {
+    const int64_t mask = (int64_t(1) << kv.block_shift) - 1;
+    return int64_t(kv.blocks[j >> kv.block_shift]) << kv.block_shift | (j & mask);
+}
+
 inline __mmask16 first(int64_t n) {  // lanes 0 .. n - 1 (n <= 16)
     return __mmask16((1u << n) - 1);
 }
 
-// s[h * n + j] = scale * (q_h . k_j) for the g heads (q_h = q + h * hd) and rows j < n (k + j * stride);
-// mx[h] = max_j of head h's scores. 16 rows at a time: each head's 16 dots, then one reduction tree.
-void scores(const float* q, int64_t g, const float* k, int64_t stride, int64_t n, int64_t hd, float scale,
+// s[h * n + j] = scale * (q_h . k_j) for the g heads (q_h = q + h * hd) and rows j < n of k (the region's K
+// at the head's column offset); mx[h] = max_j of head h's scores. 16 rows at a time (contiguous: blocks
+// hold a multiple of 16 rows): each head's 16 dots, then one reduction tree.
+void scores(const float* q, int64_t g, const KvRows& kv, const float* k, int64_t n, int64_t hd, float scale,
             float* s, float* mx) {
+    const int64_t stride = kv.stride;
     __m512 best[8];
     for (int64_t h = 0; h < g; ++h) best[h] = _mm512_set1_ps(-INFINITY);
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int64_t nr = std::min<int64_t>(16, n - j0);
         const __mmask16 m = first(nr);
+        const float* k0 = k + physical(kv, j0) * stride;
         for (int64_t h = 0; h < g; ++h) {
             const float* qh = q + h * hd;
             __m512 acc[16];
             for (int r = 0; r < 16; ++r) {
                 acc[r] = _mm512_setzero_ps();
                 if (r >= nr) continue;
-                const float* kr = k + (j0 + r) * stride;
+                const float* kr = k0 + r * stride;
                 for (int64_t d = 0; d < hd; d += 16)
                     acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), _mm512_loadu_ps(kr + d), acc[r]);
             }
@@ -100,7 +109,7 @@ double exp_sum(float* p, int64_t n, float mx) {
 // Columns [c0, c0 + 16 C) of H heads' outputs: out_h = inv[h] * sum_j p_h[j] * v_j, V rows loaded once
 // for all H heads; f32 sums of up to 64 rows folded into double.
 template <int H, int C>
-void weighted_cols(const float* p, int64_t n, const float* v, int64_t stride, int64_t c0, const double* inv,
+void weighted_cols(const float* p, int64_t n, const KvRows& kv, const float* v, int64_t c0, const double* inv,
                    float* out, int64_t hd) {
     __m512d total[H][C][2];
     for (auto& a : total)
@@ -112,7 +121,8 @@ void weighted_cols(const float* p, int64_t n, const float* v, int64_t stride, in
         const int64_t j1 = std::min(n, j0 + kFoldRows);
         for (int64_t j = j0; j < j1; ++j) {
             __m512 vj[C];
-            for (int c = 0; c < C; ++c) vj[c] = _mm512_loadu_ps(v + j * stride + c0 + 16 * c);
+            const float* vr = v + physical(kv, j) * kv.stride + c0;
+            for (int c = 0; c < C; ++c) vj[c] = _mm512_loadu_ps(vr + 16 * c);
             for (int h = 0; h < H; ++h) {
                 const __m512 ph = _mm512_set1_ps(p[h * n + j]);
                 for (int c = 0; c < C; ++c) acc[h][c] = _mm512_fmadd_ps(ph, vj[c], acc[h][c]);
@@ -138,11 +148,11 @@ void weighted_cols(const float* p, int64_t n, const float* v, int64_t stride, in
 
 // Head h < H's outputs: 64 columns per pass (H * 4 <= 16 accumulators), then 16 at a time.
 template <int H>
-void weighted_heads(const float* p, int64_t n, const float* v, int64_t stride, const double* inv, float* out,
-                    int64_t hd) {
+void weighted_heads(const float* p, int64_t n, const KvRows& kv, const float* v, const double* inv,
+                    float* out, int64_t hd) {
     int64_t c0 = 0;
-    for (; c0 + 64 <= hd; c0 += 64) weighted_cols<H, 4>(p, n, v, stride, c0, inv, out, hd);
-    for (; c0 < hd; c0 += 16) weighted_cols<H, 1>(p, n, v, stride, c0, inv, out, hd);
+    for (; c0 + 64 <= hd; c0 += 64) weighted_cols<H, 4>(p, n, kv, v, c0, inv, out, hd);
+    for (; c0 < hd; c0 += 16) weighted_cols<H, 1>(p, n, kv, v, c0, inv, out, hd);
 }
 
 }  // namespace
@@ -151,34 +161,34 @@ bool attention_fits(int64_t group, int64_t hd) {
     return hd % 16 == 0 && group >= 1 && group <= 8;
 }
 
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch) {
+void attention(const float* q, const KvRows& rows, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch) {
     const int64_t group = n_head / n_head_kv, n = n_kv_rows;
-    for (int64_t kv = 0; kv < n_head_kv; ++kv) {
-        const float* qg = q + kv * group * hd;
-        float* og = out + kv * group * hd;
+    for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
+        const float* qg = q + kvh * group * hd;
+        float* og = out + kvh * group * hd;
         float mx[8];
         double inv[8];
-        scores(qg, group, k + kv * hd, kv_stride, n, hd, scale, scratch, mx);
+        scores(qg, group, rows, rows.k + kvh * hd, n, hd, scale, scratch, mx);
         for (int64_t h = 0; h < group; ++h) {
             const double sum = n > 0 ? exp_sum(scratch + h * n, n, mx[h]) : 0.0;
             inv[h] = sum > 0.0 ? 1.0 / sum : 0.0;
         }
         for (int64_t h = 0; h < group; h += 4) {  // passes of up to 4 heads
             const float* p = scratch + h * n;
-            const float* vk = v + kv * hd;
+            const float* vk = rows.v + kvh * hd;
             switch (std::min<int64_t>(4, group - h)) {
                 case 4:
-                    weighted_heads<4>(p, n, vk, kv_stride, inv + h, og + h * hd, hd);
+                    weighted_heads<4>(p, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 case 3:
-                    weighted_heads<3>(p, n, vk, kv_stride, inv + h, og + h * hd, hd);
+                    weighted_heads<3>(p, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 case 2:
-                    weighted_heads<2>(p, n, vk, kv_stride, inv + h, og + h * hd, hd);
+                    weighted_heads<2>(p, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 default:
-                    weighted_heads<1>(p, n, vk, kv_stride, inv + h, og + h * hd, hd);
+                    weighted_heads<1>(p, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
             }
         }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
 
 namespace minfer::cpu {
@@ -20,8 +21,8 @@ void silu(const float* x, float* y, int64_t n);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
+void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch);
 
 // The prefill matmul's operands, both k-major. Weight panel: kPanelRows rows, panel[k * kPanelRows + r]
 // = w_r[k] ([n_in, 16]), rows past nr zero; pack_panel builds it from nr <= kPanelRows f32 rows (stride
@@ -56,7 +57,7 @@ const avx2::PanelMicroFn* panel_micros();
 // attention_avx512.cpp: ops.h's attention for head dims that are multiples of 16 and GQA groups of up to
 // 8 heads (attention_fits); scratch holds n_kv_rows floats per head of a group.
 bool attention_fits(int64_t group, int64_t hd);
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
+void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch);
 }  // namespace avx512
 }  // namespace minfer::cpu

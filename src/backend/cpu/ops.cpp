@@ -51,13 +51,12 @@ void mul(const float* a, const float* b, float* y, int64_t n) {
     mul_ref(a, b, y, n);
 }
 
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch) {
+void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch) {
     if (quants_use_avx512() && avx512::attention_fits(n_head / n_head_kv, hd))
-        return avx512::attention(q, k, v, out, n_head, n_head_kv, hd, kv_stride, n_kv_rows, scale, scratch);
-    if (cpu_has_avx2())
-        return avx2::attention(q, k, v, out, n_head, n_head_kv, hd, kv_stride, n_kv_rows, scale, scratch);
-    attention_ref(q, k, v, out, n_head, n_head_kv, hd, kv_stride, n_kv_rows, scale);
+        return avx512::attention(q, kv, out, n_head, n_head_kv, hd, n_kv_rows, scale, scratch);
+    if (cpu_has_avx2()) return avx2::attention(q, kv, out, n_head, n_head_kv, hd, n_kv_rows, scale, scratch);
+    attention_ref(q, kv, out, n_head, n_head_kv, hd, n_kv_rows, scale);
 }
 
 }  // namespace minfer::cpu

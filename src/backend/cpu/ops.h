@@ -17,11 +17,30 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);  // y = silu(g
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
 
-// Causal GQA attention for one query token over a KV region.
-// q: [n_head * hd] (this token), k/v: region rows [n_kv_rows][kv_stride] where head h reads kv head
-// h / (n_head / n_head_kv) at column offset (h / group) * hd; attends rows 0..n_kv_rows-1.
-// out: [n_head * hd]. scratch: at least n_kv_rows * (n_head / n_head_kv) floats.
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch);
+// One sequence's rows of a paged KV region: logical row j (its position) lives at physical row
+// blocks[j / 2^block_shift] * 2^block_shift + j % 2^block_shift; rows are `stride` floats apart and k, v
+// point at the region's first row (plus the KV head's column offset). Blocks hold at least 16 rows
+// (block_shift >= 4), so the kernels' groups of 8 or 16 rows starting at a multiple of 16 are contiguous.
+struct KvRows {
+    const float* k;
+    const float* v;
+    int64_t stride;
+    const int32_t* blocks;
+    int block_shift;
+    int64_t physical(int64_t j) const {
+        const int64_t mask = (int64_t(1) << block_shift) - 1;
+        return int64_t(blocks[j >> block_shift]) << block_shift | (j & mask);
+    }
+    const float* k_row(int64_t j) const { return k + physical(j) * stride; }
+    const float* v_row(int64_t j) const { return v + physical(j) * stride; }
+};
+inline constexpr int kMinBlockShift = 4;
+
+// Causal GQA attention for one query token over its sequence's rows 0..n_kv_rows-1 of a KV region.
+// q: [n_head * hd] (this token); head h reads kv head h / (n_head / n_head_kv) at column offset
+// (h / group) * hd of each row. out: [n_head * hd]. scratch: at least n_kv_rows * (n_head / n_head_kv)
+// floats. The result depends on the rows' values only, not on where the blocks lie.
+void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch);
 
 }  // namespace minfer::cpu

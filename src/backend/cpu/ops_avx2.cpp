@@ -80,15 +80,23 @@ inline __m256 dot_8_rows(const float* q, const float* k, int64_t stride, int64_t
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// s[j] = scale * (q . row j of k) for j < n (rows `stride` apart); returns max_j s[j]. Eight rows at a
-// time when hd % 8 == 0, the rest one by one.
-inline float scores(const float* q, const float* k, int64_t stride, int64_t n, int64_t hd, float scale,
+// Physical row of logical row j (KvRows::physical, kept local: see kernels_avx2.h on shared inlines).
+inline int64_t physical(const KvRows& kv, int64_t j) {
+    const int64_t mask = (int64_t(1) << kv.block_shift) - 1;
+    return int64_t(kv.blocks[j >> kv.block_shift]) << kv.block_shift | (j & mask);
+}
+
+// s[j] = scale * (q . k row j) for j < n (k: the region's K at the head's column offset); returns
+// max_j s[j]. Eight rows at a time when hd % 8 == 0 (contiguous: blocks hold a multiple of 16 rows), the
+// rest one by one.
+inline float scores(const float* q, const KvRows& kv, const float* k, int64_t n, int64_t hd, float scale,
                     float* s) {
     int64_t j = 0;
     __m256 mx8 = _mm256_set1_ps(-INFINITY);
     if (hd % 8 == 0)
         for (; j + 8 <= n; j += 8) {
-            const __m256 sj = _mm256_mul_ps(_mm256_set1_ps(scale), dot_8_rows(q, k + j * stride, stride, hd));
+            const __m256 sj = _mm256_mul_ps(_mm256_set1_ps(scale),
+                                            dot_8_rows(q, k + physical(kv, j) * kv.stride, kv.stride, hd));
             _mm256_storeu_ps(s + j, sj);
             mx8 = _mm256_max_ps(mx8, sj);
         }
@@ -96,7 +104,7 @@ inline float scores(const float* q, const float* k, int64_t stride, int64_t n, i
     _mm256_store_ps(lanes, mx8);
     float mx = *std::max_element(lanes, lanes + 8);
     for (; j < n; ++j) {
-        s[j] = scale * dot(q, k + j * stride, hd);
+        s[j] = scale * dot(q, k + physical(kv, j) * kv.stride, hd);
         mx = std::max(mx, s[j]);
     }
     return mx;
@@ -129,7 +137,7 @@ constexpr int64_t kFoldRows = 64;
 
 // out[0 .. 8C) = inv_sum * sum_j p[j] * v[j * stride + 0 .. 8C).
 template <int C>
-inline void weighted_cols(const float* p, const float* v, int64_t stride, int64_t n, double inv_sum,
+inline void weighted_cols(const float* p, const KvRows& kv, const float* v, int64_t n, double inv_sum,
                           float* out) {
     __m256d acc[2 * C];
     for (auto& a : acc) a = _mm256_setzero_pd();
@@ -139,8 +147,8 @@ inline void weighted_cols(const float* p, const float* v, int64_t stride, int64_
         const int64_t j1 = std::min(n, j0 + kFoldRows);
         for (int64_t j = j0; j < j1; ++j) {
             const __m256 pj = _mm256_broadcast_ss(p + j);
-            for (int c = 0; c < C; ++c)
-                f[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * stride + 8 * c), f[c]);
+            const float* vj = v + physical(kv, j) * kv.stride;
+            for (int c = 0; c < C; ++c) f[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), f[c]);
         }
         for (int c = 0; c < C; ++c) {
             acc[2 * c] = _mm256_add_pd(acc[2 * c], _mm256_cvtps_pd(_mm256_castps256_ps128(f[c])));
@@ -155,14 +163,14 @@ inline void weighted_cols(const float* p, const float* v, int64_t stride, int64_
     }
 }
 
-void weighted_sum(const float* p, const float* v, int64_t stride, int64_t n, int64_t hd, double inv_sum,
+void weighted_sum(const float* p, const KvRows& kv, const float* v, int64_t n, int64_t hd, double inv_sum,
                   float* out) {
     int64_t d = 0;
-    for (; d + 32 <= hd; d += 32) weighted_cols<4>(p, v + d, stride, n, inv_sum, out + d);
-    for (; d + 8 <= hd; d += 8) weighted_cols<1>(p, v + d, stride, n, inv_sum, out + d);
+    for (; d + 32 <= hd; d += 32) weighted_cols<4>(p, kv, v + d, n, inv_sum, out + d);
+    for (; d + 8 <= hd; d += 8) weighted_cols<1>(p, kv, v + d, n, inv_sum, out + d);
     for (; d < hd; ++d) {
         double s = 0.0;
-        for (int64_t j = 0; j < n; ++j) s += double(p[j]) * double(v[j * stride + d]);
+        for (int64_t j = 0; j < n; ++j) s += double(p[j]) * double(v[physical(kv, j) * kv.stride + d]);
         out[d] = float(s * inv_sum);
     }
 }
@@ -204,15 +212,15 @@ void mul(const float* a, const float* b, float* y, int64_t n) {
     map2(a, b, y, n, [](__m256 x, __m256 z) { return _mm256_mul_ps(x, z); });
 }
 
-void attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_head_kv,
-               int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale, float* scratch) {
+void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
+               int64_t n_kv_rows, float scale, float* scratch) {
     const int64_t group = n_head / n_head_kv;
     for (int64_t h = 0; h < n_head; ++h) {
         const float* qh = q + h * hd;
         const int64_t off = (h / group) * hd;
-        const float mx = scores(qh, k + off, kv_stride, n_kv_rows, hd, scale, scratch);
+        const float mx = scores(qh, kv, kv.k + off, n_kv_rows, hd, scale, scratch);
         const double sum = n_kv_rows > 0 ? exp_sum(scratch, n_kv_rows, mx) : 0.0;
-        weighted_sum(scratch, v + off, kv_stride, n_kv_rows, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
+        weighted_sum(scratch, kv, kv.v + off, n_kv_rows, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
     }
 }
 

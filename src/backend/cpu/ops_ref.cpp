@@ -47,8 +47,8 @@ void mul_ref(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
 }
 
-void attention_ref(const float* q, const float* k, const float* v, float* out, int64_t n_head,
-                   int64_t n_head_kv, int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale) {
+void attention_ref(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv,
+                   int64_t hd, int64_t n_kv_rows, float scale) {
     const int64_t group = n_head / n_head_kv;
     std::vector<double> p(static_cast<size_t>(n_kv_rows > 0 ? n_kv_rows : 0)), acc(static_cast<size_t>(hd));
     for (int64_t h = 0; h < n_head; ++h) {
@@ -57,7 +57,7 @@ void attention_ref(const float* q, const float* k, const float* v, float* out, i
         double mx = -INFINITY;
         for (int64_t j = 0; j < n_kv_rows; ++j) {
             double s = 0.0;
-            for (int64_t d = 0; d < hd; ++d) s += double(qh[d]) * double(k[j * kv_stride + off + d]);
+            for (int64_t d = 0; d < hd; ++d) s += double(qh[d]) * double(kv.k_row(j)[off + d]);
             p[size_t(j)] = double(scale) * s;
             mx = std::fmax(mx, p[size_t(j)]);
         }
@@ -65,8 +65,7 @@ void attention_ref(const float* q, const float* k, const float* v, float* out, i
         for (int64_t j = 0; j < n_kv_rows; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
         for (auto& a : acc) a = 0.0;
         for (int64_t j = 0; j < n_kv_rows; ++j)
-            for (int64_t d = 0; d < hd; ++d)
-                acc[size_t(d)] += p[size_t(j)] * double(v[j * kv_stride + off + d]);
+            for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += p[size_t(j)] * double(kv.v_row(j)[off + d]);
         for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = sum > 0.0 ? float(acc[size_t(d)] / sum) : 0.0f;
     }
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/ops.h"
+
 namespace minfer::cpu {
 
 void rms_norm_ref(const float* x, const float* w, float* y, int64_t n, float eps);
@@ -12,7 +14,7 @@ void swiglu_ref(const float* g, const float* u, float* y, int64_t n);
 void add_ref(const float* a, const float* b, float* y, int64_t n);
 void mul_ref(const float* a, const float* b, float* y, int64_t n);
 // Same layout as attention() in ops.h; scores, softmax and the weighted sum are all in double.
-void attention_ref(const float* q, const float* k, const float* v, float* out, int64_t n_head,
-                   int64_t n_head_kv, int64_t hd, int64_t kv_stride, int64_t n_kv_rows, float scale);
+void attention_ref(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv,
+                   int64_t hd, int64_t n_kv_rows, float scale);
 
 }  // namespace minfer::cpu

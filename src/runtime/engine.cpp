@@ -1,0 +1,291 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#ifdef MINFER_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#endif
+#include "runtime/observe.h"
+#include "sched/passes.h"
+#include "util/error.h"
+
+namespace minfer {
+
+namespace {
+
+int default_threads(int n) {
+    return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The KV layout: on the CPU blocks of kv_block slots (n_ctx rounded up to whole blocks), on a GPU the
+// one block of the unpaged layout its kernels address by position (one sequence). Refuses a cache that
+// cannot fit in this machine's memory before anything is allocated.
+CParams engine_cparams(const Model& m, const EngineParams& p) {
+    const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
+    const bool gpu = p.device != BackendKind::Cpu;
+    if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
+    if (gpu && p.max_seqs > 1)
+        throw Error(
+            "--device cuda runs one sequence at a time: batched CUDA forward passes are not built yet");
+    if (!gpu && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
+        throw Error("the KV block size must be a power of two of at least 16, not " +
+                    std::to_string(p.kv_block));
+    CParams c = CParams::from_env(gpu ? n_ctx : (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block, gpu);
+    c.kv_block = gpu ? 0 : p.kv_block;
+    c.max_seqs = p.max_seqs;
+    const double kv_bytes = 2.0 * m.hp.n_layer * double(m.hp.n_kv_embd()) * double(c.n_ctx) * sizeof(float);
+    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && kv_bytes > ram)
+        throw Error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
+                    std::to_string(kv_bytes / double(1 << 30)) + " GiB, more than this machine's memory");
+    return c;
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const Model& m, BackendKind device) {
+    if (device == BackendKind::Cpu) return nullptr;
+#ifdef MINFER_HAVE_CUDA
+    return std::make_unique<CudaBackend>(m);
+#else
+    throw Error("--device cuda: this minfer was built without CUDA (no nvcc was found at build time)");
+#endif
+}
+
+// Token counts (and logit rows) of the graphs built: exact up to 8, then steps of at most 50% (12, 16,
+// 24, 32, ...), so that a few graphs serve every batch and padding costs at most a third of a step.
+int64_t bucket(int64_t n) {
+    if (n <= 8) return n;
+    int64_t b = 8;
+    while (b < n) b = (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4;
+    return b;
+}
+
+}  // namespace
+
+// The inputs of one forward, padded to the bucket by repeating the last real token (which then stores
+// the same K/V into the same slot and computes the same row: padding never changes a real row).
+struct Engine::Plan {
+    std::vector<int32_t> tokens, positions, slots;
+    std::vector<int32_t> out_rows;  // the wanted rows, in chunk order, padded likewise
+    int64_t n_wanted = 0;
+};
+
+Engine::Engine(const Model& m, const EngineParams& p)
+    : model_(m),
+      cparams_(engine_cparams(m, p)),
+      n_ubatch_(p.n_ubatch),
+      prefix_cache_(p.prefix_cache && p.device == BackendKind::Cpu),
+      cpu_(*m.file, default_threads(p.n_threads), p.batch_invariant),
+      gpu_(make_gpu_backend(m, p.device)),
+      pool_(int32_t(cparams_.max_blocks()), int32_t(cparams_.block())),
+      seqs_(size_t(p.max_seqs)),
+      table_(size_t(cparams_.max_seqs * cparams_.max_blocks()), 0),
+      observer_(observers_from_env()) {
+    if (n_ubatch_ < 1) throw Error("the micro-batch size must be at least 1 token");
+    if (gpu_) backends_.push_back(gpu_.get());
+    backends_.push_back(&cpu_);
+    exec_.set_observer(observer_.get());
+}
+
+Engine::~Engine() = default;
+
+GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out) const {
+    return GraphParams::make(n_tokens, n_out, cparams_);
+}
+
+ComputeGraph Engine::planned_graph(const GraphParams& p) {
+    ComputeGraph g = model_.build_graph(model_, p);
+    g.topo_order();  // validates: no dangling ids, no cycles
+    assign_backends(g, backends_);
+    fuse_swiglu(g, backends_);
+    if (cparams_.gpu) fuse_matmul_add(g, backends_);  // saves a kernel launch; nothing on the CPU
+    return g;
+}
+
+// The graph for `p`, built on first use; the executor and the backends are rebound when it is not the
+// graph of the last step (a GPU backend sizes its scratch per graph in prepare).
+ComputeGraph& Engine::activate(const GraphParams& p) {
+    ComputeGraph* g = cache_.find(p);
+    if (g && GraphCache::tripwire_enabled()) cache_.verify_structural(p, planned_graph(p));
+    if (!g) {
+        g = &cache_.insert(planned_graph(p), p);
+        plans_.emplace_back(g->uid, plan_buffers(*g));
+    }
+    if (g == active_) return *g;
+    for (Backend* b : backends_) b->prepare(*g);
+    kv_.reserve(*g);
+    const auto it =
+        std::find_if(plans_.begin(), plans_.end(), [&](const auto& e) { return e.first == g->uid; });
+    exec_.bind(*g, it->second, backends_);
+    active_ = g;
+    return *g;
+}
+
+const Engine::Sequence& Engine::seq(SeqId s) const {
+    if (s < 0 || size_t(s) >= seqs_.size() || !seqs_[size_t(s)].open)
+        throw Error("sequence " + std::to_string(s) + " is not open");
+    return seqs_[size_t(s)];
+}
+
+SeqId Engine::open() {
+    for (size_t i = 0; i < seqs_.size(); ++i)
+        if (!seqs_[i].open) {
+            seqs_[i] = Sequence{};
+            seqs_[i].open = true;
+            return SeqId(i);
+        }
+    throw Error("all " + std::to_string(seqs_.size()) + " sequence slots are in use");
+}
+
+void Engine::close(SeqId s) {
+    Sequence& q = seq(s);
+    for (const kv::BlockId b : q.blocks) pool_.release(b);
+    q = Sequence{};
+}
+
+SeqId Engine::fork(SeqId s) {
+    if (cparams_.max_blocks() == 1) throw Error("forking a sequence needs the paged KV cache (CPU)");
+    const SeqId f = open();
+    Sequence& child = seqs_[size_t(f)];
+    child = seq(s);
+    for (const kv::BlockId b : child.blocks) pool_.retain(b);
+    return f;
+}
+
+int64_t Engine::attach_prefix(SeqId s, std::span<const int32_t> prompt) {
+    Sequence& q = seq(s);
+    if (!q.tokens.empty()) throw Error("attach_prefix: sequence " + std::to_string(s) + " is not empty");
+    const auto block = size_t(cparams_.block());
+    while (prefix_cache_ && (q.blocks.size() + 1) * block < prompt.size()) {
+        const auto part = prompt.subspan(q.blocks.size() * block, block);
+        const kv::BlockId b = pool_.lookup(q.last_key, part);
+        if (b < 0) break;
+        q.blocks.push_back(b);
+        q.tokens.insert(q.tokens.end(), part.begin(), part.end());
+        q.last_key = pool_.key_of(b);
+        q.n_published = int64_t(q.blocks.size());
+    }
+    prefix_hits_ += int64_t(q.tokens.size());
+    return int64_t(q.tokens.size());
+}
+
+int64_t Engine::blocks_needed(SeqId s, int64_t n) const {
+    const Sequence& q = seq(s);
+    const int64_t block = cparams_.block(), past = int64_t(q.tokens.size());
+    int64_t need = (past + n + block - 1) / block - int64_t(q.blocks.size());
+    if (past % block != 0 && n > 0 && pool_.refcount(q.blocks.back()) > 1) ++need;  // copy-on-write
+    return std::max<int64_t>(need, 0);
+}
+
+// Blocks for n more tokens: a shared partial last block is copied first (its other holders keep theirs).
+void Engine::grow(Sequence& q, int64_t n) {
+    const int64_t block = cparams_.block(), past = int64_t(q.tokens.size());
+    if (past % block != 0 && pool_.refcount(q.blocks.back()) > 1) {
+        const kv::BlockId copy = pool_.allocate();
+        kv_.copy_block(q.blocks.back(), copy, block, past % block);
+        pool_.release(q.blocks.back());
+        q.blocks.back() = copy;
+    }
+    while (int64_t(q.blocks.size()) * block < past + n) q.blocks.push_back(pool_.allocate());
+}
+
+void Engine::publish_full_blocks(Sequence& q) {
+    const int64_t block = cparams_.block();
+    while (prefix_cache_ && (q.n_published + 1) * block <= int64_t(q.tokens.size())) {
+        const auto part =
+            std::span<const int32_t>(q.tokens).subspan(size_t(q.n_published * block), size_t(block));
+        q.last_key = pool_.publish(q.blocks[size_t(q.n_published)], q.last_key, part);
+        ++q.n_published;
+    }
+}
+
+void Engine::check_batch(std::span<const Chunk> batch) const {
+    if (batch.empty()) throw Error("forward: no tokens");
+    int64_t total = 0, blocks = 0;
+    std::vector<bool> seen(seqs_.size(), false);
+    for (const Chunk& c : batch) {
+        const Sequence& q = seq(c.seq);
+        const auto n = int64_t(c.tokens.size());
+        if (n == 0) throw Error("forward: sequence " + std::to_string(c.seq) + " has no tokens");
+        if (seen[size_t(c.seq)]) throw Error("forward: sequence " + std::to_string(c.seq) + " appears twice");
+        seen[size_t(c.seq)] = true;
+        if (c.n_logits < 0 || c.n_logits > n) throw Error("forward: n_logits out of range");
+        if (int64_t(q.tokens.size()) + n > cparams_.n_ctx)
+            throw Error("context size exceeded: " + std::to_string(q.tokens.size() + size_t(n)) +
+                        " tokens do not fit in a context of " + std::to_string(cparams_.n_ctx) +
+                        " (use -c to raise it)");
+        for (const int32_t id : c.tokens)
+            if (id < 0 || id >= model_.hp.n_vocab)
+                throw Error("token id " + std::to_string(id) + " is out of range [0, " +
+                            std::to_string(model_.hp.n_vocab) + ")");
+        total += n;
+        blocks += blocks_needed(c.seq, n);
+    }
+    if (total > n_ubatch_)
+        throw Error("forward: " + std::to_string(total) + " tokens exceed the micro-batch of " +
+                    std::to_string(n_ubatch_));
+    if (blocks > pool_.n_free())
+        throw Error("out of KV cache blocks: the batch needs " + std::to_string(blocks) + ", " +
+                    std::to_string(pool_.n_free()) + " are free");
+}
+
+Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
+    Plan pl;
+    for (const Chunk& c : batch) {
+        const auto past = int32_t(seq(c.seq).tokens.size()), n = int32_t(c.tokens.size());
+        for (int32_t i = 0; i < n; ++i) {
+            if (i >= n - c.n_logits) pl.out_rows.push_back(int32_t(pl.tokens.size()));
+            pl.tokens.push_back(c.tokens[size_t(i)]);
+            pl.positions.push_back(past + i);
+            pl.slots.push_back(c.seq);
+        }
+    }
+    pl.n_wanted = int64_t(pl.out_rows.size());
+    if (pl.out_rows.empty()) pl.out_rows.push_back(int32_t(pl.tokens.size()) - 1);  // a row the graph needs
+    const auto n_tokens = size_t(cparams_.gpu ? pl.tokens.size() : bucket(int64_t(pl.tokens.size())));
+    for (std::vector<int32_t>* v : {&pl.tokens, &pl.positions, &pl.slots}) v->resize(n_tokens, v->back());
+    pl.out_rows.resize(std::min(n_tokens, size_t(bucket(int64_t(pl.out_rows.size())))), pl.out_rows.back());
+    return pl;
+}
+
+std::span<const float> Engine::forward(std::span<const Chunk> batch) {
+    check_batch(batch);
+    const Plan pl = plan(batch);
+    const auto n_tokens = int64_t(pl.tokens.size()), n_out = int64_t(pl.out_rows.size());
+    for (const Chunk& c : batch) {
+        Sequence& q = seq(c.seq);
+        grow(q, int64_t(c.tokens.size()));
+        std::copy(q.blocks.begin(), q.blocks.end(), table_.begin() + c.seq * cparams_.max_blocks());
+    }
+    ComputeGraph& g = activate(params_for(n_tokens, n_out));
+    exec_.fill_input(g.find_input("token_ids"), pl.tokens);
+    exec_.fill_input(g.find_input("positions"), pl.positions);
+    exec_.fill_input(g.find_input("seq_slot"), pl.slots);
+    exec_.fill_input(g.find_input("block_table"), table_);
+    if (const NodeId out = g.find_input("out_ids"); out >= 0) exec_.fill_input(out, pl.out_rows);
+    if (observer_) observer_->begin_step(step_);
+    exec_.run(g);
+    if (observer_) observer_->end_step();
+    ++step_;
+    for (const Chunk& c : batch) {
+        Sequence& q = seq(c.seq);
+        q.tokens.insert(q.tokens.end(), c.tokens.begin(), c.tokens.end());
+        publish_full_blocks(q);
+    }
+    const float* logits = exec_.data(g.outputs.front());
+    const auto n_vocab = size_t(model_.hp.n_vocab);
+    bool in_place = n_out < n_tokens;  // out_ids picked the rows, or the wanted ones lead
+    for (int64_t r = 0; r < pl.n_wanted && !in_place; ++r)
+        in_place = pl.out_rows[size_t(r)] != r ? false : r + 1 == pl.n_wanted;
+    if (in_place || pl.n_wanted == 0) return {logits, size_t(pl.n_wanted) * n_vocab};
+    logits_.resize(size_t(pl.n_wanted) * n_vocab);  // every row came out: keep the wanted ones
+    for (int64_t r = 0; r < pl.n_wanted; ++r)
+        std::copy_n(logits + size_t(pl.out_rows[size_t(r)]) * n_vocab, n_vocab,
+                    logits_.begin() + r * ptrdiff_t(n_vocab));
+    return logits_;
+}
+
+}  // namespace minfer

@@ -1,0 +1,128 @@
+// An Engine holds one model's backends (weights resolved and uploaded once), its paged KV cache and one
+// planned graph per token-count bucket, and runs forward passes that mix the tokens of many sequences:
+// prefill chunks and decode tokens alike. Sequences are cheap handles (a block-table row, a block list,
+// their tokens); their KV blocks come from one BlockPool shared by all, with automatic prefix caching of
+// full blocks and copy-on-write forks. A sequence's logits do not depend on what else shares its
+// forwards (batch invariance): every per-token computation is row-local with a fixed arithmetic, and
+// padding a batch to its bucket repeats a real token.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "graph/cache.h"
+#include "kv/block_pool.h"
+#include "models/model.h"
+#include "sched/executor.h"
+
+namespace minfer {
+
+class StepObserver;  // runtime/observe.h
+
+// Most tokens per forward pass unless asked otherwise: llama.cpp's default micro-batch (-ub).
+constexpr int64_t kDefaultUbatch = 512;
+// Token slots per KV block on the CPU: the prefix cache's granularity (the attention kernels need a power
+// of two of at least 16).
+constexpr int64_t kDefaultKvBlock = 32;
+
+struct EngineParams {
+    int64_t n_ctx = 0;                      // KV token slots shared by all sequences; 0: the model's, <= 4096
+    int n_threads = 0;                      // 0: all hardware threads
+    BackendKind device = BackendKind::Cpu;  // Cuda: one sequence, the unpaged layout
+    int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass
+    int max_seqs = 1;                       // sequences open at once
+    int64_t kv_block = kDefaultKvBlock;     // token slots per KV block (CPU)
+    bool prefix_cache = true;               // reuse cached full blocks of equal prompt prefixes
+    bool batch_invariant = true;            // per-column matmul arithmetic independent of the batch
+};
+
+using SeqId = int32_t;
+
+class Engine {
+  public:
+    Engine(const Model& m, const EngineParams& p);
+    ~Engine();
+
+    // One sequence's share of a forward pass: its next tokens, and how many of the last of them need
+    // logits (0..tokens.size()).
+    struct Chunk {
+        SeqId seq;
+        std::span<const int32_t> tokens;
+        int64_t n_logits = 1;
+    };
+    // Runs every chunk's tokens at their sequence's next positions (each sequence at most once, at most
+    // max_tokens() tokens in all) and appends them to the sequences. Returns the wanted logits, chunk after
+    // chunk: [sum of n_logits][n_vocab]. Throws Error, changing nothing, when a sequence's context would
+    // overflow or the pool lacks blocks (blocks_needed tells beforehand).
+    std::span<const float> forward(std::span<const Chunk> batch);
+
+    SeqId open();         // an empty sequence; Error when max_seqs are open
+    void close(SeqId s);  // its blocks go back to the pool (published ones stay cached)
+    SeqId fork(SeqId s);  // a new sequence sharing s's tokens and blocks (copy-on-write)
+    // On an empty sequence: attaches the cached blocks holding the longest block-aligned prefix of
+    // `prompt`, short of its last token (whose logits are wanted); returns the tokens reused.
+    int64_t attach_prefix(SeqId s, std::span<const int32_t> prompt);
+    // Blocks that appending n tokens to s takes from the pool (new blocks, a copy of a shared last block).
+    int64_t blocks_needed(SeqId s, int64_t n) const;
+
+    int64_t n_past(SeqId s) const { return seq(s).tokens.size(); }
+    std::span<const int32_t> tokens(SeqId s) const { return seq(s).tokens; }
+    int64_t n_ctx() const { return cparams_.n_ctx; }  // also the most tokens one sequence can hold
+    int64_t max_tokens() const { return n_ubatch_; }
+    int max_seqs() const { return int(cparams_.max_seqs); }
+    int64_t free_blocks() const { return pool_.n_free(); }
+    const kv::BlockPool& pool() const { return pool_; }
+    int64_t prefix_hit_tokens() const { return prefix_hits_; }
+    const Model& model() const { return model_; }
+    const CParams& cparams() const { return cparams_; }
+    GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
+    // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
+    ComputeGraph planned_graph(const GraphParams& p);
+    const ComputeGraph& graph() const { return *active_; }  // the last graph run
+    uint64_t graph_builds() const { return cache_.builds(); }
+    int64_t steps() const { return step_; }
+    const KvCache& kv() const { return kv_; }
+    const Backend* gpu() const { return gpu_.get(); }
+
+  private:
+    struct Sequence {
+        bool open = false;
+        std::vector<int32_t> tokens;
+        std::vector<kv::BlockId> blocks;
+        int64_t n_published = 0;            // leading full blocks offered to the prefix cache
+        uint64_t last_key = kv::kRootHash;  // chain key of the last of them
+    };
+    struct Plan;  // the bucketed inputs of one forward
+
+    const Sequence& seq(SeqId s) const;
+    Sequence& seq(SeqId s) { return const_cast<Sequence&>(std::as_const(*this).seq(s)); }
+    void check_batch(std::span<const Chunk> batch) const;
+    void grow(Sequence& s, int64_t n);
+    void publish_full_blocks(Sequence& s);
+    Plan plan(std::span<const Chunk> batch) const;
+    ComputeGraph& activate(const GraphParams& p);
+
+    const Model& model_;
+    CParams cparams_;
+    int64_t n_ubatch_;
+    bool prefix_cache_;
+    CpuBackend cpu_;
+    std::unique_ptr<Backend> gpu_;    // null on the CPU device
+    std::vector<Backend*> backends_;  // priority order
+    GraphCache cache_;
+    ComputeGraph* active_ = nullptr;                      // the graph the executor is bound to
+    std::vector<std::pair<uint64_t, BufferPlan>> plans_;  // by graph uid
+    KvCache kv_;
+    Executor exec_{kv_};
+    kv::BlockPool pool_;
+    std::vector<Sequence> seqs_;
+    std::vector<int32_t> table_;  // [max_seqs][max_blocks], the block_table input
+    int64_t step_ = 0, prefix_hits_ = 0;
+    std::unique_ptr<StepObserver> observer_;
+    std::vector<float> logits_;  // the wanted rows, when padding left others in the output
+};
+
+}  // namespace minfer
