@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "graph/graph.h"
 #include "runtime/generate.h"
+#include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -20,9 +22,10 @@ namespace minfer {
 namespace {
 
 struct RunOptions {
-    std::string model, prompt, prompt_ids;
+    std::string model, prompt, prompt_ids, file;
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch;
-    int threads = 0;
+    int threads = 0, parallel = 0;
+    bool deterministic = false;
     BackendKind device = BackendKind::Cpu;
     std::optional<std::string> system;
     bool json = false, chat = false;
@@ -40,26 +43,73 @@ void print_summary(const std::string& model, double load_s, size_t n_prompt, con
 }
 
 // -p as given (BOS added when the vocabulary asks), or with --chat / -sys through the chat template.
-std::vector<int32_t> encode_prompt(const RunOptions& o, const GgufFile& f, const Tokenizer& tok) {
-    if (!o.chat && !o.system) return tok.encode(o.prompt, true, true);
+std::vector<int32_t> encode_prompt(const RunOptions& o, const std::string& text, const GgufFile& f,
+                                   const Tokenizer& tok) {
+    if (!o.chat && !o.system) return tok.encode(text, true, true);
     auto messages = nlohmann::ordered_json::array();
     if (o.system) messages.push_back(chat_message("system", *o.system));
-    messages.push_back(chat_message("user", o.prompt));
+    messages.push_back(chat_message("user", text));
     return ChatPrompt(f, tok).encode(messages, true);
 }
 
+// The non-empty lines of the -f file.
+std::vector<std::string> read_prompts(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(path + ": cannot open the prompts file");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) out.push_back(line);
+    if (out.empty()) throw Error(path + ": no prompts (one per line)");
+    return out;
+}
+
+// --parallel N -f FILE: every prompt through the continuous-batching scheduler, at most N at once, the
+// answers printed in input order once all are done.
+void run_parallel(const RunOptions& o) {
+    if (o.file.empty()) throw Error("--parallel needs a prompts file: -f FILE (one prompt per line)");
+    const std::string path = o.model.empty() ? default_model_path() : o.model;
+    const auto model = load_model(path, o.device);
+    const auto tok = Tokenizer::from_gguf(*model->file);
+    const std::vector<std::string> texts = read_prompts(o.file);
+    EngineParams ep{o.n_ctx, o.threads, o.device, o.n_ubatch, o.parallel};
+    ep.batch_invariant = o.deterministic;
+    Engine engine(*model, ep);
+    Scheduler sched(engine, *tok);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<GenerationResult> results(texts.size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+        prompts.push_back(encode_prompt(o, texts[i], *model->file, *tok));
+        sched.submit(
+            {prompts.back(), o.gen, {}, [&results, i](const GenerationResult& r) { results[i] = r; }});
+    }
+    sched.run_until_idle();
+    for (size_t i = 0; i < texts.size(); ++i) {
+        if (o.json)
+            std::cout << nlohmann::json{{"index", i},
+                                        {"prompt_ids", prompts[i]},
+                                        {"ids", results[i].ids},
+                                        {"text", results[i].text}}
+                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                      << "\n";
+        else
+            std::cout << "[" << i << "] " << texts[i] << results[i].text << "\n";
+    }
+}
+
 void run(const RunOptions& o) {
+    if (o.parallel > 0) return run_parallel(o);
+    if (!o.file.empty()) throw Error("-f FILE runs its prompts with --parallel N");
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())
         throw Error("give exactly one of -p TEXT or --prompt-ids IDS");
-    const std::vector<int32_t> prompt =
-        o.prompt_ids.empty() ? encode_prompt(o, *model->file, *tok) : parse_ids(o.prompt_ids, "--prompt-ids");
+    const std::vector<int32_t> prompt = o.prompt_ids.empty() ? encode_prompt(o, o.prompt, *model->file, *tok)
+                                                             : parse_ids(o.prompt_ids, "--prompt-ids");
     if (o.dump.requested()) return dump_graph(session, session.params_for(int64_t(prompt.size()), 1), o.dump);
 
     auto stream = [&](std::string_view text) { std::cout << text << std::flush; };
@@ -102,7 +152,14 @@ void add_run_command(CLI::App& app) {
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");
-    c->add_flag("--json", o->json, "Print one JSON object {prompt_ids, ids, text}");
+    c->add_flag("--json", o->json,
+                "Print one JSON object {prompt_ids, ids, text} (per prompt with --parallel)");
+    c->add_option("--parallel", o->parallel,
+                  "Run the prompts of -f through the batching scheduler, N at once")
+        ->check(int_in(1, 1024));
+    c->add_option("-f,--file", o->file, "Prompts file for --parallel, one prompt per line");
+    c->add_flag("--deterministic", o->deterministic,
+                "Batch-invariant arithmetic: a prompt's tokens do not depend on what runs beside it");
     o->dump.add_to(*c);
     c->callback([o] { run(*o); });
 }

@@ -93,7 +93,7 @@ void CpuBackend::rows(int64_t nt, F&& f) {
 void CpuBackend::matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y) {
     const Weight& w = weight(m.weight);
     const float* bias = m.bias.present() ? vec(m.bias) : nullptr;
-    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_, decode_);
+    cpu::matmul(*w.q, w.data, m.weight.n_in, m.weight.n_out, x, nt, y, bias, pool_, decode_, invariant_);
 }
 
 void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {

@@ -21,7 +21,7 @@ class CpuBackend final : public Backend {
   public:
     // invariant: every matmul column gets the arithmetic of a one-column product, whatever the batch
     // (cpu::matmul's invariant mode), so a sequence's results do not depend on what shares its forwards.
-    CpuBackend(const GgufFile& weights, int n_threads, bool invariant = true);
+    CpuBackend(const GgufFile& weights, int n_threads, bool invariant = false);
     BackendKind kind() const override { return BackendKind::Cpu; }
     bool supports(const CNode& n) const override;
     void prepare(const ComputeGraph& g) override;

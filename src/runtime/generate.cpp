@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "runtime/text_stream.h"
 #include "util/error.h"
 
 namespace minfer {
@@ -10,14 +11,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Position of the first stop string in `text`, or npos.
-size_t find_stop(const std::string& text, const std::vector<std::string>& stops) {
-    size_t best = std::string::npos;
-    for (const std::string& s : stops)
-        if (!s.empty()) best = std::min(best, text.find(s));
-    return best;
 }
 
 }  // namespace
@@ -37,8 +30,10 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
                     std::to_string(s.n_ctx()) + " (use -c to raise it)");
     GenerateResult r;
     for (int32_t id : prompt) sampler.accept(id);
-    StreamDecoder stream(tok);
-    size_t emitted = 0;  // bytes of r.text already passed to on_text
+    TextStream text(tok, gp.stop);
+    auto emit = [&](std::string_view piece) {
+        if (on_text && !piece.empty()) on_text(piece);
+    };
 
     auto t0 = std::chrono::steady_clock::now();
     std::span<const float> logits = s.forward(prompt, 1);
@@ -51,18 +46,8 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
         if (tok.is_eog(id) && !gp.ignore_eos) break;
         sampler.accept(id);
         r.ids.push_back(id);
-        r.text += stream.feed(id);
-        if (const size_t cut = find_stop(r.text, gp.stop); cut != std::string::npos) {
-            r.text.resize(cut);
-            break;
-        }
-        // Hold back what could still become the start of a stop string.
-        size_t hold = 0;
-        for (const std::string& st : gp.stop)
-            if (!st.empty()) hold = std::max(hold, st.size() - 1);
-        const size_t safe = r.text.size() > hold ? r.text.size() - hold : 0;
-        if (on_text && safe > emitted) on_text(std::string_view(r.text).substr(emitted, safe - emitted));
-        emitted = std::max(emitted, safe);
+        if (text.feed(id)) break;
+        emit(text.take());
         if (int64_t(r.ids.size()) >= gp.n_predict) break;
         if (s.n_past() >= s.n_ctx()) {
             r.hit_context_limit = true;
@@ -71,8 +56,8 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
         logits = s.forward(std::span<const int32_t>(&r.ids.back(), 1), 1);
     }
     r.decode_s = seconds_since(t0);
-    if (find_stop(r.text, gp.stop) == std::string::npos) r.text += stream.flush();
-    if (on_text && r.text.size() > emitted) on_text(std::string_view(r.text).substr(emitted));
+    emit(text.finish());
+    r.text = text.text();
     return r;
 }
 

@@ -13,6 +13,7 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.n_threads = p.n_threads;
     e.device = p.device;
     e.n_ubatch = p.n_ubatch;
+    e.batch_invariant = p.batch_invariant;
     return e;
 }
 }  // namespace

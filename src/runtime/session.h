@@ -16,6 +16,7 @@ struct SessionParams {
     int n_threads = 0;                      // 0: all hardware threads
     BackendKind device = BackendKind::Cpu;  // Cuda: every node the GPU supports runs there
     int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass (llama.cpp's -ub)
+    bool batch_invariant = false;           // --deterministic: the arithmetic of batched runs
 };
 
 class Session {

@@ -108,6 +108,86 @@ void int_rows(const MatmulArgs& a, VecDotFn dot, const uint8_t* xq, int64_t o0, 
         a.y[o] = dot(a.w + size_t(o) * a.row_bytes, xq, a.n_in) + (a.bias ? a.bias[o] : 0.0f);
 }
 
+using ColsFn = void (*)(const void*, const void*, size_t, int64_t, int, float*);
+
+// The invariant integer path's activations: nt rows quantized once, `stride` bytes apart, and the dot
+// that decode (nt == 1) runs on them: cols (vec_dot_x2_cols, the same bits per column) for int8x2, dot
+// per column for int8 (cols null).
+struct IntCols {
+    const uint8_t* xq;
+    size_t stride;
+    VecDotFn dot;
+    ColsFn cols;
+};
+
+// Each column quantized on its own (columns split between the threads) into the calling thread's
+// grow-only buffer.
+const uint8_t* quantize_columns(QuantizeFn quantize, size_t bytes, const float* x, int64_t nt, int64_t n_in,
+                                ThreadPool& pool) {
+    thread_local std::vector<uint8_t> buf;
+    if (buf.size() < bytes * size_t(nt)) buf.resize(bytes * size_t(nt));
+    uint8_t* xq = buf.data();
+    pool.parallel_for(nt, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) quantize(x + t * n_in, xq + size_t(t) * bytes, n_in);
+    });
+    return xq;
+}
+
+// Rows [o0, o1) against every column, kX2MaxCols columns per kernel call. Column groups outer: the
+// chunk's weight rows come from memory for the first group and from L2 for the others, while each
+// group's activations stay in cache across the chunk (row-outer would stream all nt activation rows
+// once per weight row). The order changes no bits: each (row, column) is one dot of its own.
+void int_rows_cols(const MatmulArgs& a, const IntCols& c, int64_t o0, int64_t o1) {
+    float out[kX2MaxCols];
+    for (int64_t t0 = 0; t0 < a.nt; t0 += kX2MaxCols) {
+        const int nc = int(std::min<int64_t>(kX2MaxCols, a.nt - t0));
+        const uint8_t* xg = c.xq + size_t(t0) * c.stride;
+        for (int64_t o = o0; o < o1; ++o) {
+            const uint8_t* row = a.w + size_t(o) * a.row_bytes;
+            if (c.cols)
+                c.cols(row, xg, c.stride, a.n_in, nc, out);
+            else
+                for (int k = 0; k < nc; ++k) out[k] = c.dot(row, xg + size_t(k) * c.stride, a.n_in);
+            const float b = a.bias ? a.bias[o] : 0.0f;
+            for (int k = 0; k < nc; ++k) a.y[(t0 + k) * a.n_out + o] = out[k] + b;
+        }
+    }
+}
+
+// Rows per chunk of the many-column integer path: bigger than decode's, so that the activations,
+// re-read once per chunk, cost little next to the weights.
+constexpr size_t kColsChunkBytes = 128 << 10;
+
+// The integer dots (int8: quantize_act + vec_dot_q8, int8x2: quantize_x2 + vec_dot_x2): decode, and with
+// `invariant` every nt, each column exactly as decode computes it.
+void int_matmul(const MatmulArgs& a, bool int8, ThreadPool& pool) {
+    const QuantTraits& q = a.q;
+    const QuantizeFn quantize = int8 ? q.quantize_act : q.quantize_x2;
+    const size_t bytes = int8 ? act_row_bytes(q, a.n_in) : act_x2_row_bytes(a.n_in);
+    const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
+    if (a.nt == 1) {
+        const uint8_t* xq = quantize_activation(quantize, bytes, a.x, a.n_in);
+        pool.parallel_for_stealing(a.n_out, chunk_rows(a),
+                                   [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
+        return;
+    }
+    const IntCols c{quantize_columns(quantize, bytes, a.x, a.nt, a.n_in, pool), bytes, dot,
+                    int8 ? nullptr : q.vec_dot_x2_cols};
+    const int64_t rows = std::max<int64_t>(1, int64_t(kColsChunkBytes / a.row_bytes));
+    pool.parallel_for_stealing(a.n_out, rows, [&](int64_t o0, int64_t o1) { int_rows_cols(a, c, o0, o1); });
+}
+
+// Many tokens in f32: x packed once, then 16-row weight panels dequantized and run against every token
+// group by the register-blocked kernels.
+void tiled_matmul(const MatmulArgs& a, ThreadPool& pool) {
+    const float* xp = pack_activations(a.x, a.nt, a.n_in, pool);
+    const int64_t panels = (a.n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;
+    const avx2::PanelMicroFn* micros = panel_micros();
+    pool.for_each_dynamic(panels, [&](int64_t p, int) {
+        tiled_rows(a, xp, micros, p * avx2::kPanelRows, std::min(a.n_out, (p + 1) * avx2::kPanelRows));
+    });
+}
+
 void check_row_length(const QuantTraits& q, int64_t n_in) {
     if (n_in % q.block_size != 0)
         throw Error(std::string("matmul: row length ") + std::to_string(n_in) + " is not a multiple of the " +
@@ -116,28 +196,24 @@ void check_row_length(const QuantTraits& q, int64_t n_in) {
 
 }  // namespace
 
+// With `invariant`, the integer types keep decode's dots for every nt, and the others the f32 tiles for
+// every nt (where AVX2 runs them): each output of the tiles is one f32 FMA chain per k block of 64,
+// in k order, the blocks summed in order and the bias added last, whichever micro-kernel (1..6 or 12
+// tokens, AVX2 or AVX-512) and whatever position in its token group the column gets, so its bits do not
+// depend on nt; dot_rows (q.dot per column) serves where AVX2 is missing.
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
-            float* y, const float* bias, ThreadPool& pool, DecodeDot decode) {
+            float* y, const float* bias, ThreadPool& pool, DecodeDot decode, bool invariant) {
     check_row_length(q, n_in);
     const auto* wb = static_cast<const uint8_t*>(w);
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
     const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
                x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    if (nt == 1 && (int8 || x2)) {
-        const uint8_t* xq = int8 ? quantize_activation(q.quantize_act, act_row_bytes(q, n_in), x, n_in)
-                                 : quantize_activation(q.quantize_x2, act_x2_row_bytes(n_in), x, n_in);
-        const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
-        pool.parallel_for_stealing(n_out, chunk_rows(a),
-                                   [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
-    } else if (nt > 1 && decode != DecodeDot::F32 && q.to_levels && quants_use_avx512()) {
+    if ((nt == 1 || invariant) && (int8 || x2)) {
+        int_matmul(a, int8, pool);
+    } else if (!invariant && nt > 1 && decode != DecodeDot::F32 && q.to_levels && quants_use_avx512()) {
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
-    } else if (nt > 1 && cpu_has_avx2()) {
-        const float* xp = pack_activations(x, nt, n_in, pool);
-        const int64_t panels = (n_out + avx2::kPanelRows - 1) / avx2::kPanelRows;
-        const avx2::PanelMicroFn* micros = panel_micros();
-        pool.for_each_dynamic(panels, [&](int64_t p, int) {
-            tiled_rows(a, xp, micros, p * avx2::kPanelRows, std::min(n_out, (p + 1) * avx2::kPanelRows));
-        });
+    } else if ((nt > 1 || invariant) && cpu_has_avx2()) {
+        tiled_matmul(a, pool);
     } else {
         pool.parallel_for_stealing(n_out, chunk_rows(a),
                                    [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });

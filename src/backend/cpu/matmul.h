@@ -20,8 +20,14 @@ namespace minfer::cpu {
 // 1/64516 of the block max |x|).
 enum class DecodeDot { F32, Int8, Int8x2 };
 
+// invariant: each column's bits do not depend on nt nor on its position among the columns (batched
+// decode of many sequences). Types with the chosen integer dot run it for every nt, each column
+// bit for bit as decode (nt == 1) computes it: activations quantized per column, weights read once for
+// all columns (vec_dot_x2_cols). Other types (and DecodeDot::F32) run the f32 tiles for every nt, decode
+// included. invariant == false: the fastest path for each nt, as described above.
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
-            float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32);
+            float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32,
+            bool invariant = false);
 
 // Scalar reference twin (dequantize with to_float_ref, double accumulation), single-threaded.
 void matmul_ref(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,

@@ -393,14 +393,22 @@ QuantTraits entry(GgmlType type, const char* name, void (*quant)(const float*, v
 }
 
 using VecDotFn = float (*)(const void*, const void*, int64_t);
+using ColsFn = void (*)(const void*, const void*, size_t, int64_t, int, float*);
 
-// The int8 and int8x2 entries of a table entry: ref and SIMD versions of quantize_act, vec_dot_q8 and
-// vec_dot_x2 (quantize_x2 is the same for every type).
+// vec_dot_x2_cols_ref: the reference dot per column.
+template <VecDotFn Dot>
+void cols_ref(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    for (int c = 0; c < ncols; ++c) out[c] = Dot(w, static_cast<const char*>(xq) + size_t(c) * stride, n);
+}
+
+// The int8 and int8x2 entries of a table entry: ref and SIMD versions of quantize_act, vec_dot_q8,
+// vec_dot_x2 and vec_dot_x2_cols (quantize_x2 is the same for every type).
 struct Q8Fns {
     VecDotType type;
     void (*quantize_ref)(const float*, void*, int64_t);
     void (*quantize_simd)(const float*, void*, int64_t);
     VecDotFn dot_ref, dot_simd, x2_ref, x2_simd;
+    ColsFn cols_ref, cols_simd;
 };
 
 QuantTraits with_q8(QuantTraits q, const Q8Fns& f, bool simd) {
@@ -411,19 +419,33 @@ QuantTraits with_q8(QuantTraits q, const Q8Fns& f, bool simd) {
     q.vec_dot_q8 = simd ? f.dot_simd : f.dot_ref;
     q.quantize_x2_ref = quants::ref::quantize_q8x2;
     q.vec_dot_x2_ref = f.x2_ref;
+    q.vec_dot_x2_cols_ref = f.cols_ref;
     q.quantize_x2 = simd ? quants::avx2::quantize_q8x2 : quants::ref::quantize_q8x2;
     q.vec_dot_x2 = simd ? f.x2_simd : f.x2_ref;
+    q.vec_dot_x2_cols = simd ? f.cols_simd : f.cols_ref;
     return q;
 }
 
-// Q8_0-style activations (BlockQ8A) for the 32-element types, Q8_K (BlockQ8K) for the K-quants.
-Q8Fns q8a(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
-    return {VecDotType::Q8_0, quants::ref::quantize_q8a, quants::avx2::quantize_q8a, ref, simd, x2_ref,
-            x2_simd};
-}
-Q8Fns q8k(VecDotFn ref, VecDotFn simd, VecDotFn x2_ref, VecDotFn x2_simd) {
-    return {VecDotType::Q8_K, quants::ref::quantize_q8k, quants::avx2::quantize_q8k, ref, simd, x2_ref,
-            x2_simd};
+// The int8x2 kernels of a type: reference, AVX2 and (nullptr where none) AVX-512 dot and columns dot.
+struct X2Fns {
+    VecDotFn ref, avx2, avx512;
+    ColsFn cols_ref, cols_avx2, cols_avx512;
+};
+
+// Q8_0-style activations (BlockQ8A) for the 32-element types, Q8_K (BlockQ8K) for the K-quants; the
+// AVX-512 int8x2 kernels where this CPU has them.
+Q8Fns q8fns(VecDotType type, VecDotFn ref, VecDotFn simd, const X2Fns& x2) {
+    const bool wide = quants_use_avx512() && x2.avx512;
+    const bool k = type == VecDotType::Q8_K;
+    return {type,
+            k ? quants::ref::quantize_q8k : quants::ref::quantize_q8a,
+            k ? quants::avx2::quantize_q8k : quants::avx2::quantize_q8a,
+            ref,
+            simd,
+            x2.ref,
+            wide ? x2.avx512 : x2.avx2,
+            x2.cols_ref,
+            wide ? x2.cols_avx512 : x2.cols_avx2};
 }
 
 using LevelsFn = void (*)(const void*, int8_t*, float*, float*, int64_t);
@@ -482,22 +504,38 @@ std::array<QuantTraits, 11> build_table() {
                                                      v::to_float_q5_k, v::dot_q5_k, s),
         entry<BlockQ6K, kQKK, deq_q6_k>(GgmlType::Q6_K, "Q6_K", quant_q6_k, v::to_float_q6_k, v::dot_q6_k, s),
     };
-    const bool wide = quants_use_avx512();
+    namespace w = quants::avx512;
     const std::pair<GgmlType, Q8Fns> q8[] = {
-        {GgmlType::Q8_0, q8a(r::vec_dot_q8_0, v::vec_dot_q8_0, r::vec_dot_x2_q8_0,
-                             wide ? quants::avx512::vec_dot_x2_q8_0 : v::vec_dot_x2_q8_0)},
-        {GgmlType::Q4_0, q8a(r::vec_dot_q4_0, v::vec_dot_q4_0, r::vec_dot_x2_q4_0,
-                             wide ? quants::avx512::vec_dot_x2_q4_0 : v::vec_dot_x2_q4_0)},
-        {GgmlType::Q4_1, q8a(r::vec_dot_q4_1, v::vec_dot_q4_1, r::vec_dot_x2_q4_1, v::vec_dot_x2_q4_1)},
-        {GgmlType::Q5_0, q8a(r::vec_dot_q5_0, v::vec_dot_q5_0, r::vec_dot_x2_q5_0,
-                             wide ? quants::avx512::vec_dot_x2_q5_0 : v::vec_dot_x2_q5_0)},
-        {GgmlType::Q5_1, q8a(r::vec_dot_q5_1, v::vec_dot_q5_1, r::vec_dot_x2_q5_1, v::vec_dot_x2_q5_1)},
-        {GgmlType::Q4_K, q8k(r::vec_dot_q4_k, v::vec_dot_q4_k, r::vec_dot_x2_q4_k,
-                             wide ? quants::avx512::vec_dot_x2_q4_k : v::vec_dot_x2_q4_k)},
-        {GgmlType::Q5_K, q8k(r::vec_dot_q5_k, v::vec_dot_q5_k, r::vec_dot_x2_q5_k,
-                             wide ? quants::avx512::vec_dot_x2_q5_k : v::vec_dot_x2_q5_k)},
-        {GgmlType::Q6_K, q8k(r::vec_dot_q6_k, v::vec_dot_q6_k, r::vec_dot_x2_q6_k,
-                             wide ? quants::avx512::vec_dot_x2_q6_k : v::vec_dot_x2_q6_k)},
+        {GgmlType::Q8_0,
+         q8fns(VecDotType::Q8_0, r::vec_dot_q8_0, v::vec_dot_q8_0,
+               {r::vec_dot_x2_q8_0, v::vec_dot_x2_q8_0, w::vec_dot_x2_q8_0, cols_ref<r::vec_dot_x2_q8_0>,
+                v::vec_dot_x2_cols_q8_0, w::vec_dot_x2_cols_q8_0})},
+        {GgmlType::Q4_0,
+         q8fns(VecDotType::Q8_0, r::vec_dot_q4_0, v::vec_dot_q4_0,
+               {r::vec_dot_x2_q4_0, v::vec_dot_x2_q4_0, w::vec_dot_x2_q4_0, cols_ref<r::vec_dot_x2_q4_0>,
+                v::vec_dot_x2_cols_q4_0, w::vec_dot_x2_cols_q4_0})},
+        {GgmlType::Q4_1, q8fns(VecDotType::Q8_0, r::vec_dot_q4_1, v::vec_dot_q4_1,
+                               {r::vec_dot_x2_q4_1, v::vec_dot_x2_q4_1, nullptr, cols_ref<r::vec_dot_x2_q4_1>,
+                                v::vec_dot_x2_cols_q4_1, nullptr})},
+        {GgmlType::Q5_0,
+         q8fns(VecDotType::Q8_0, r::vec_dot_q5_0, v::vec_dot_q5_0,
+               {r::vec_dot_x2_q5_0, v::vec_dot_x2_q5_0, w::vec_dot_x2_q5_0, cols_ref<r::vec_dot_x2_q5_0>,
+                v::vec_dot_x2_cols_q5_0, w::vec_dot_x2_cols_q5_0})},
+        {GgmlType::Q5_1, q8fns(VecDotType::Q8_0, r::vec_dot_q5_1, v::vec_dot_q5_1,
+                               {r::vec_dot_x2_q5_1, v::vec_dot_x2_q5_1, nullptr, cols_ref<r::vec_dot_x2_q5_1>,
+                                v::vec_dot_x2_cols_q5_1, nullptr})},
+        {GgmlType::Q4_K,
+         q8fns(VecDotType::Q8_K, r::vec_dot_q4_k, v::vec_dot_q4_k,
+               {r::vec_dot_x2_q4_k, v::vec_dot_x2_q4_k, w::vec_dot_x2_q4_k, cols_ref<r::vec_dot_x2_q4_k>,
+                v::vec_dot_x2_cols_q4_k, w::vec_dot_x2_cols_q4_k})},
+        {GgmlType::Q5_K,
+         q8fns(VecDotType::Q8_K, r::vec_dot_q5_k, v::vec_dot_q5_k,
+               {r::vec_dot_x2_q5_k, v::vec_dot_x2_q5_k, w::vec_dot_x2_q5_k, cols_ref<r::vec_dot_x2_q5_k>,
+                v::vec_dot_x2_cols_q5_k, w::vec_dot_x2_cols_q5_k})},
+        {GgmlType::Q6_K,
+         q8fns(VecDotType::Q8_K, r::vec_dot_q6_k, v::vec_dot_q6_k,
+               {r::vec_dot_x2_q6_k, v::vec_dot_x2_q6_k, w::vec_dot_x2_q6_k, cols_ref<r::vec_dot_x2_q6_k>,
+                v::vec_dot_x2_cols_q6_k, w::vec_dot_x2_cols_q6_k})},
     };
     for (const auto& [type, fns] : q8)
         for (QuantTraits& e : t)

@@ -15,6 +15,9 @@ namespace minfer {
 // elements with 16-element sums. F32: the type has no int8 dot and keeps f32 activations.
 enum class VecDotType { F32, Q8_0, Q8_K };
 
+// Most activation rows one QuantTraits::vec_dot_x2_cols call takes.
+inline constexpr int kX2MaxCols = 4;
+
 struct QuantTraits {
     GgmlType type;
     const char* name;
@@ -48,6 +51,14 @@ struct QuantTraits {
     float (*vec_dot_x2)(const void* blocks, const void* xq, int64_t n);
     void (*quantize_x2_ref)(const float* x, void* xq, int64_t n);
     float (*vec_dot_x2_ref)(const void* blocks, const void* xq, int64_t n);
+    // One weight row against ncols (1..kX2MaxCols) int8x2 activation rows, row c at xq + c * xq_stride:
+    // out[c] is bit for bit vec_dot_x2(blocks, row c, n) (the same lanes, accumulator chains and fold
+    // order per column), the weight levels, scales and minimums unpacked once for all columns, so a
+    // batch of tokens reads each weight row once. vec_dot_x2_cols_ref runs vec_dot_x2_ref per column.
+    void (*vec_dot_x2_cols)(const void* blocks, const void* xq, size_t xq_stride, int64_t n, int ncols,
+                            float* out);
+    void (*vec_dot_x2_cols_ref)(const void* blocks, const void* xq, size_t xq_stride, int64_t n, int ncols,
+                                float* out);
 
     // Integer levels, for the int16 prefill GEMM (nullptr for the float types): to_levels writes a row's n
     // weights as int8 levels q with w[i] = fma(scale[i / level_block], q[i], -min[i / level_block]), bit

@@ -6,6 +6,7 @@
 // x86-64) and by quants_avx2.cpp (-mavx2 -mfma -mf16c). Functions with external linkage compiled in both
 // would be merged by the linker, which could hand an AVX2-compiled copy to the baseline code.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace minfer::quants {
@@ -244,6 +245,15 @@ float vec_dot_x2_q5_1(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
+// QuantTraits::vec_dot_x2_cols of the same types.
+void vec_dot_x2_cols_q8_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q4_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q4_1(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q5_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q5_1(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q4_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q5_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q6_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
 
 }  // namespace avx2
 
@@ -257,6 +267,12 @@ float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n);
 float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n);
+void vec_dot_x2_cols_q8_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q4_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q5_0(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q4_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q5_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q6_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
 
 }  // namespace avx512
 }  // namespace minfer::quants

@@ -6,6 +6,8 @@
 // The int8x2 dots (BlockQ8X2) run the same unpacked levels against hi and lo and merge the two sums in
 // integers, 254 * sum(w hi) + sum(w lo), before one f32 scaling per 32-element block; there Q4_0 / Q5_0
 // subtract their offset from each int32 lane (the activation row's x2_offsets) instead.
+// The int8x2 kernels are templates over the number of activation rows (columns) dotted with one weight
+// row: vec_dot_x2 is the one-column instance, vec_dot_x2_cols the others (the same bits per column).
 //
 // This file is compiled with -mavx2 -mfma -mf16c: it must not call inline helpers of shared headers
 // (such as util/fp16.h), whose AVX2-compiled copies the linker could hand to baseline code.
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend/cpu/quants.h"
 #include "backend/cpu/quants_impl.h"
 #include "backend/cpu/simd_avx2.h"
 
@@ -199,11 +202,12 @@ inline __m256i x2_sum(__m256i w, const BlockQ8X2& y) {
                             _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(a, lo)));
 }
 
-// int8x2: the levels unpacked once, their merged sum scaled by d_w * d; the minimum term as for int8,
+// int8x2: the levels q (unpacked once), their merged sum scaled by d_w * d; the minimum term as for int8,
 // with the block sum of the represented x.
 template <class Dec>
-inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, __m256& acc, float& summ) {
-    const __m256i p = x2_sum<Dec::kSigned>(Dec::levels(b), y);
+inline void block32_step(const typename Dec::Block& b, __m256i q, const BlockQ8X2& y, __m256& acc,
+                         float& summ) {
+    const __m256i p = x2_sum<Dec::kSigned>(q, y);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
     if constexpr (requires { Dec::min(b); }) summ = fma1(Dec::min(b), y.s, summ);
 }
@@ -221,37 +225,93 @@ inline __m256i x2_sum_offset(__m256i q, const BlockQ8X2& y, const int32_t* offse
 // int8x2, Q4_0 / Q5_0: the lanes of (q - 8) * x / (q - 16) * x straight from the integer offsets, so no
 // scalar minimum term.
 template <class Dec>
-inline void block32_step(const typename Dec::Block& b, const BlockQ8X2& y, const int32_t* offsets,
+inline void block32_step(const typename Dec::Block& b, __m256i q, const BlockQ8X2& y, const int32_t* offsets,
                          __m256& acc) {
-    const __m256i p = x2_sum_offset<Dec::kOffsetShift>(Dec::levels(b), y, offsets);
+    const __m256i p = x2_sum_offset<Dec::kOffsetShift>(q, y, offsets);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b.d) * y.d), _mm256_cvtepi32_ps(p), acc);
 }
 
 // Four independent accumulator chains (vector and scalar), blocks 4k + j into chain j.
-template <class Dec, class Act>
+template <class Dec>
 float block32_vec_dot(const void* w, const void* xq, int64_t n) {
     const auto* b = static_cast<const typename Dec::Block*>(w);
-    const auto* y = static_cast<const Act*>(xq);
+    const auto* y = static_cast<const BlockQ8A*>(xq);
     const int64_t nb = n / kQK0;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
            a3 = _mm256_setzero_ps();
     float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
-    auto step = [&](int64_t i, __m256& acc, float& summ) {
-        if constexpr (std::is_same_v<Act, BlockQ8X2> && requires { Dec::kOffsetShift; })
-            block32_step<Dec>(b[i], y[i], x2_offsets(xq, n) + 8 * i, acc);
-        else
-            block32_step<Dec>(b[i], y[i], acc, summ);
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        prefetch_ahead<4 * sizeof(b[i])>(b + i);
+        block32_step<Dec>(b[i], y[i], a0, m0);
+        block32_step<Dec>(b[i + 1], y[i + 1], a1, m1);
+        block32_step<Dec>(b[i + 2], y[i + 2], a2, m2);
+        block32_step<Dec>(b[i + 3], y[i + 3], a3, m3);
+    }
+    for (; i < nb; ++i) block32_step<Dec>(b[i], y[i], a0, m0);
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + ((m0 + m1) + (m2 + m3));
+}
+
+// Activation rows of the columns one call dots: row c at xq + c * stride.
+struct Cols {
+    const char* xq;
+    size_t stride;
+    const void* operator[](int c) const { return xq + size_t(c) * stride; }
+};
+
+// kernel(std::integral_constant<int, NC>) for NC = ncols (1..kX2MaxCols): every column count gets its own
+// unrolled kernel.
+template <class F>
+inline void by_cols(int ncols, F&& kernel) {
+    static_assert(kX2MaxCols == 4);
+    switch (ncols) {
+        case 1:
+            return kernel(std::integral_constant<int, 1>{});
+        case 2:
+            return kernel(std::integral_constant<int, 2>{});
+        case 3:
+            return kernel(std::integral_constant<int, 3>{});
+        default:
+            return kernel(std::integral_constant<int, 4>{});
+    }
+}
+
+// int8x2, per column the int8 dot's four chains: block i's levels unpacked once, then its step for each
+// column (for the signed levels the compiler computes |w| once too).
+template <class Dec, int NC>
+void block32_x2_dot(const void* w, Cols xs, int64_t n, float* out) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    const int64_t nb = n / kQK0;
+    const BlockQ8X2* y[NC];
+    const int32_t* offsets[NC];
+    __m256 acc[NC][4];
+    float summ[NC][4];
+    for (int c = 0; c < NC; ++c) {
+        y[c] = static_cast<const BlockQ8X2*>(xs[c]), offsets[c] = x2_offsets(xs[c], n);
+        for (int j = 0; j < 4; ++j) acc[c][j] = _mm256_setzero_ps(), summ[c][j] = 0.0f;
+    }
+    const auto step = [&](int64_t i, int j) {
+        const typename Dec::Block& bi = b[i];
+        const __m256i q = Dec::levels(bi);
+        for (int c = 0; c < NC; ++c) {
+            if constexpr (requires { Dec::kOffsetShift; })
+                block32_step<Dec>(bi, q, y[c][i], offsets[c] + 8 * i, acc[c][j]);
+            else
+                block32_step<Dec>(bi, q, y[c][i], acc[c][j], summ[c][j]);
+        }
     };
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         prefetch_ahead<4 * sizeof(b[i])>(b + i);
-        step(i, a0, m0);
-        step(i + 1, a1, m1);
-        step(i + 2, a2, m2);
-        step(i + 3, a3, m3);
+        step(i, 0), step(i + 1, 1), step(i + 2, 2), step(i + 3, 3);
     }
-    for (; i < nb; ++i) step(i, a0, m0);
-    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + ((m0 + m1) + (m2 + m3));
+    for (; i < nb; ++i) step(i, 0);
+    for (int c = 0; c < NC; ++c) {
+        const __m256* a = acc[c];
+        const float* m = summ[c];
+        out[c] = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) +
+                 ((m[0] + m[1]) + (m[2] + m[3]));
+    }
 }
 
 // ---- K-quants: exact integer sums per super-block, folded in as the reference does ----
@@ -322,16 +382,15 @@ inline void x2_scaled_step(__m256i p, __m256 scale, const BlockQ8X2& y, __m256& 
 }
 
 // Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j; the minimum
-// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator.
-template <class Block>
-float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
+// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator per column.
+template <class Block, int NC>
+void k_type1_vec_dot_x2(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const Block*>(w);
-    const auto* y = static_cast<const BlockQ8X2*>(xq);
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc0[NC], acc1[NC], accm[NC];
+    for (int c = 0; c < NC; ++c) acc0[c] = acc1[c] = accm[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
-        const BlockQ8X2* yi = y + 8 * i;
         __m128i scales, mins;
         k_scales_mins(b[i].scales, &scales, &mins);
         alignas(32) float ds[8];  // d_w * scale_j
@@ -346,17 +405,24 @@ float k_type1_vec_dot_x2(const void* w, const void* xq, int64_t n) {
                 lo = _mm256_or_si256(lo, fifth_bit(hb, 2 * p));
                 hi = _mm256_or_si256(hi, fifth_bit(hb, 2 * p + 1));
             }
-            x2_scaled_step(x2_sum<false>(lo, yi[2 * p]), _mm256_broadcast_ss(ds + 2 * p), yi[2 * p], acc0);
-            x2_scaled_step(x2_sum<false>(hi, yi[2 * p + 1]), _mm256_broadcast_ss(ds + 2 * p + 1),
-                           yi[2 * p + 1], acc1);
+            for (int c = 0; c < NC; ++c) {
+                const BlockQ8X2* yi = static_cast<const BlockQ8X2*>(xs[c]) + 8 * i;
+                x2_scaled_step(x2_sum<false>(lo, yi[2 * p]), _mm256_broadcast_ss(ds + 2 * p), yi[2 * p],
+                               acc0[c]);
+                x2_scaled_step(x2_sum<false>(hi, yi[2 * p + 1]), _mm256_broadcast_ss(ds + 2 * p + 1),
+                               yi[2 * p + 1], acc1[c]);
+            }
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
-        const __m256 s =
-            _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
-        accm = _mm256_fmadd_ps(m, s, accm);
+        for (int c = 0; c < NC; ++c) {
+            const BlockQ8X2* yi = static_cast<const BlockQ8X2*>(xs[c]) + 8 * i;
+            const __m256 s =
+                _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
+            accm[c] = _mm256_fmadd_ps(m, s, accm[c]);
+        }
     }
-    return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm));
+    for (int c = 0; c < NC; ++c) out[c] = hsum(_mm256_add_ps(_mm256_add_ps(acc0[c], acc1[c]), accm[c]));
 }
 
 // Scales of Q6_K sub-blocks 2G and 2G + 1 (G = 4h + k) over 16-bit lanes 0..7 and 8..15.
@@ -385,22 +451,32 @@ inline int q6_k_sum(const BlockQ6K& b, const BlockQ8K& y) {
     return hsum_i32(sumi) - 32 * msum;
 }
 
+// d_w * the scale of each 16-element sub-block of a Q6_K super-block.
+inline void q6_k_scales(const BlockQ6K& b, float ds[16]) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m256 dw = _mm256_set1_ps(half_to_float(b.d));
+    _mm256_store_ps(ds, _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))));
+    _mm256_store_ps(ds + 8,
+                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))));
+}
+
 // Q6_K against int8x2: group G (32 elements) of super-block i meets activation block 8i + G. Its levels
 // 0..63 multiply x unsigned, and each int32 lane subtracts its activation offset (x2_sum_offset), which
 // leaves exactly the lane's sum of (q - 32) * x.
-float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
+template <int NC>
+void q6_k_vec_dot_x2(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const BlockQ6K*>(w);
-    const auto* y = static_cast<const BlockQ8X2*>(xq);
-    const int32_t* offsets = x2_offsets(xq, n);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const BlockQ8X2* y[NC];
+    const int32_t* offsets[NC];
+    __m256 acc0[NC], acc1[NC];
+    for (int c = 0; c < NC; ++c) {
+        y[c] = static_cast<const BlockQ8X2*>(xs[c]), offsets[c] = x2_offsets(xs[c], n);
+        acc0[c] = acc1[c] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(BlockQ6K)>(b + i);
-        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
-        const __m256 dw = _mm256_set1_ps(half_to_float(b[i].d));
-        alignas(32) float ds[16];  // d_w * the scale of each 16-element sub-block
-        _mm256_store_ps(ds, _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))));
-        _mm256_store_ps(ds + 8,
-                        _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))));
+        alignas(32) float ds[16];
+        q6_k_scales(b[i], ds);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             __m256i g[4];
@@ -408,17 +484,57 @@ float q6_k_vec_dot_x2(const void* w, const void* xq, int64_t n) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
                 const int64_t a = 8 * i + 4 * h + k;  // activation block
-                const __m256i p = x2_sum_offset<0>(g[k], y[a], offsets + 8 * a);
-                const int s = 2 * (4 * h + k);  // sub-blocks s (lanes 0..3) and s + 1 (lanes 4..7)
+                const int s = 2 * (4 * h + k);        // sub-blocks s (lanes 0..3) and s + 1 (lanes 4..7)
                 const __m256 pair = _mm256_castps128_ps256(
                     _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + s))));
                 const __m256 scale =
                     _mm256_permutevar8x32_ps(pair, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-                x2_scaled_step(p, scale, y[a], k & 1 ? acc1 : acc0);
+                for (int c = 0; c < NC; ++c)
+                    x2_scaled_step(x2_sum_offset<0>(g[k], y[c][a], offsets[c] + 8 * a), scale, y[c][a],
+                                   k & 1 ? acc1[c] : acc0[c]);
             }
         }
     }
-    return hsum(_mm256_add_ps(acc0, acc1));
+    for (int c = 0; c < NC; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c]));
+}
+
+// The int8x2 kernels by column count (run<NC>), for the table's entry points.
+template <class Dec>
+struct Block32Kernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        block32_x2_dot<Dec, NC>(w, xs, n, out);
+    }
+};
+
+template <class Block>
+struct KType1Kernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        k_type1_vec_dot_x2<Block, NC>(w, xs, n, out);
+    }
+};
+
+struct Q6KKernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        q6_k_vec_dot_x2<NC>(w, xs, n, out);
+    }
+};
+
+// vec_dot_x2 is the one-column instance of the vec_dot_x2_cols kernel, so the two give the same bits.
+template <class K>
+float dot_one(const void* w, const void* xq, int64_t n) {
+    float out;
+    K::template run<1>(w, Cols{static_cast<const char*>(xq), 0}, n, &out);
+    return out;
+}
+
+template <class K>
+void dot_cols(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    by_cols(ncols, [&](auto nc) {
+        K::template run<nc()>(w, Cols{static_cast<const char*>(xq), stride}, n, out);
+    });
 }
 
 }  // namespace
@@ -457,19 +573,19 @@ void quantize_q8k(const float* x, void* dst, int64_t n) {
 }
 
 float vec_dot_q8_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q8_0Dot, BlockQ8A>(w, xq, n);
+    return block32_vec_dot<Q8_0Dot>(w, xq, n);
 }
 float vec_dot_q4_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_0Dot, BlockQ8A>(w, xq, n);
+    return block32_vec_dot<Q4_0Dot>(w, xq, n);
 }
 float vec_dot_q4_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_1Dot, BlockQ8A>(w, xq, n);
+    return block32_vec_dot<Q4_1Dot>(w, xq, n);
 }
 float vec_dot_q5_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_0Dot, BlockQ8A>(w, xq, n);
+    return block32_vec_dot<Q5_0Dot>(w, xq, n);
 }
 float vec_dot_q5_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_1Dot, BlockQ8A>(w, xq, n);
+    return block32_vec_dot<Q5_1Dot>(w, xq, n);
 }
 float vec_dot_q4_k(const void* w, const void* xq, int64_t n) {
     return k_type1_vec_dot<BlockQ4K>(w, xq, n);
@@ -500,28 +616,52 @@ void quantize_q8x2(const float* x, void* dst, int64_t n) {
 }
 
 float vec_dot_x2_q8_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q8_0Dot, BlockQ8X2>(w, xq, n);
+    return dot_one<Block32Kernel<Q8_0Dot>>(w, xq, n);
+}
+void vec_dot_x2_cols_q8_0(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Block32Kernel<Q8_0Dot>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q4_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_0Dot, BlockQ8X2>(w, xq, n);
+    return dot_one<Block32Kernel<Q4_0Dot>>(w, xq, n);
+}
+void vec_dot_x2_cols_q4_0(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Block32Kernel<Q4_0Dot>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q4_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q4_1Dot, BlockQ8X2>(w, xq, n);
+    return dot_one<Block32Kernel<Q4_1Dot>>(w, xq, n);
+}
+void vec_dot_x2_cols_q4_1(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Block32Kernel<Q4_1Dot>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q5_0(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_0Dot, BlockQ8X2>(w, xq, n);
+    return dot_one<Block32Kernel<Q5_0Dot>>(w, xq, n);
+}
+void vec_dot_x2_cols_q5_0(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Block32Kernel<Q5_0Dot>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q5_1(const void* w, const void* xq, int64_t n) {
-    return block32_vec_dot<Q5_1Dot, BlockQ8X2>(w, xq, n);
+    return dot_one<Block32Kernel<Q5_1Dot>>(w, xq, n);
+}
+void vec_dot_x2_cols_q5_1(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Block32Kernel<Q5_1Dot>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q4_k(const void* w, const void* xq, int64_t n) {
-    return k_type1_vec_dot_x2<BlockQ4K>(w, xq, n);
+    return dot_one<KType1Kernel<BlockQ4K>>(w, xq, n);
+}
+void vec_dot_x2_cols_q4_k(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<KType1Kernel<BlockQ4K>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q5_k(const void* w, const void* xq, int64_t n) {
-    return k_type1_vec_dot_x2<BlockQ5K>(w, xq, n);
+    return dot_one<KType1Kernel<BlockQ5K>>(w, xq, n);
+}
+void vec_dot_x2_cols_q5_k(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<KType1Kernel<BlockQ5K>>(w, xq, stride, n, ncols, out);
 }
 float vec_dot_x2_q6_k(const void* w, const void* xq, int64_t n) {
-    return q6_k_vec_dot_x2(w, xq, n);
+    return dot_one<Q6KKernel>(w, xq, n);
+}
+void vec_dot_x2_cols_q6_k(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Q6KKernel>(w, xq, stride, n, ncols, out);
 }
 
 }  // namespace minfer::quants::avx2

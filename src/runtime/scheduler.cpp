@@ -1,0 +1,207 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "runtime/sampler.h"
+#include "runtime/text_stream.h"
+#include "util/error.h"
+
+namespace minfer {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop:
+            return "stop";
+        case FinishReason::Length:
+            return "length";
+        case FinishReason::Cancelled:
+            return "cancelled";
+    }
+    return "?";
+}
+
+// A request and its sequence: `feed` holds every token the sequence must have in the KV cache (the
+// prompt, then each sampled token; after a preemption all of it is recomputed), `fed` how many it has.
+struct Scheduler::Active {
+    Active(uint64_t i, GenerationRequest r, const Tokenizer& tok)
+        : id(i), req(std::move(r)), sampler(req.gen.sampling), text(tok, req.gen.stop), feed(req.prompt) {
+        for (const int32_t t : req.prompt) sampler.accept(t);
+        result.prompt_tokens = int64_t(req.prompt.size());
+    }
+    int64_t remaining() const { return int64_t(feed.size()) - fed; }
+
+    uint64_t id;
+    GenerationRequest req;
+    Sampler sampler;
+    TextStream text;
+    GenerationResult result;
+    std::vector<int32_t> feed;
+    int64_t fed = 0;
+    SeqId seq = -1;
+    bool admitted_once = false;
+};
+
+Scheduler::Scheduler(Engine& engine, const Tokenizer& tok, int64_t token_budget)
+    : engine_(engine),
+      tok_(tok),
+      budget_(token_budget > 0 ? std::min(token_budget, engine.max_tokens()) : engine.max_tokens()) {}
+
+Scheduler::~Scheduler() = default;
+
+uint64_t Scheduler::submit(GenerationRequest r) {
+    const auto n = int64_t(r.prompt.size());
+    if (n == 0) throw Error("the prompt is empty");
+    if (r.gen.n_predict <= 0)
+        throw Error("max tokens must be at least 1, not " + std::to_string(r.gen.n_predict));
+    if (n >= engine_.n_ctx())
+        throw Error("the prompt has " + std::to_string(n) + " tokens; the context holds " +
+                    std::to_string(engine_.n_ctx()) + " (prompt and at least one generated token)");
+    for (const int32_t id : r.prompt)
+        if (id < 0 || id >= engine_.model().hp.n_vocab)
+            throw Error("token id " + std::to_string(id) + " is out of range [0, " +
+                        std::to_string(engine_.model().hp.n_vocab) + ")");
+    const uint64_t id = next_id_.fetch_add(1);
+    auto a = std::make_unique<Active>(id, std::move(r), tok_);
+    std::lock_guard lock(mu_);
+    incoming_.push_back(std::move(a));
+    return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+    std::lock_guard lock(mu_);
+    cancelled_.push_back(id);
+}
+
+size_t Scheduler::n_waiting() const {
+    std::lock_guard lock(mu_);
+    return waiting_.size() + incoming_.size();
+}
+
+void Scheduler::take_submissions() {
+    std::lock_guard lock(mu_);
+    for (ActivePtr& a : incoming_) waiting_.push_back(std::move(a));
+    incoming_.clear();
+}
+
+void Scheduler::drop_cancelled() {
+    std::vector<uint64_t> ids;
+    {
+        std::lock_guard lock(mu_);
+        ids.swap(cancelled_);
+    }
+    for (const uint64_t id : ids) {
+        auto is = [&](const ActivePtr& a) { return a->id == id; };
+        if (auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+            finish(**it, FinishReason::Cancelled);
+        } else if (auto w = std::find_if(waiting_.begin(), waiting_.end(), is); w != waiting_.end()) {
+            ActivePtr a = std::move(*w);
+            waiting_.erase(w);
+            running_.push_back(std::move(a));  // finish() takes it from running_
+            finish(*running_.back(), FinishReason::Cancelled);
+        }
+    }
+}
+
+// Oldest first, while a sequence slot is free and the pool holds the request's remaining tokens (after
+// what the prefix cache supplies).
+void Scheduler::admit() {
+    while (!waiting_.empty() && int(running_.size()) < engine_.max_seqs()) {
+        Active& a = *waiting_.front();
+        a.seq = engine_.open();
+        a.fed = engine_.attach_prefix(a.seq, a.feed);
+        if (engine_.blocks_needed(a.seq, a.remaining()) > engine_.free_blocks() && !running_.empty()) {
+            engine_.close(a.seq);
+            a.seq = -1;
+            a.fed = 0;
+            return;
+        }
+        if (!a.admitted_once) a.result.cached_tokens = a.fed;
+        a.admitted_once = true;
+        running_.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+    }
+}
+
+void Scheduler::preempt_youngest() {
+    ActivePtr a = std::move(running_.back());
+    running_.pop_back();
+    engine_.close(a->seq);
+    a->seq = -1;
+    a->fed = 0;
+    ++preemptions_;
+    waiting_.push_front(std::move(a));
+}
+
+// Decode tokens first (one per sequence), then prefill chunks in admission order, under the budget.
+// False when the batch cannot get its blocks (the caller preempts and retries).
+bool Scheduler::build_batch(std::vector<Engine::Chunk>& batch, std::vector<Active*>& owners) {
+    batch.clear();
+    owners.clear();
+    int64_t left = budget_, blocks = 0;
+    for (const bool decode : {true, false})
+        for (const ActivePtr& a : running_) {
+            if ((a->remaining() == 1) != decode || left == 0) continue;
+            const int64_t n = std::min(a->remaining(), left);
+            const std::span<const int32_t> feed(a->feed);
+            batch.push_back({a->seq, feed.subspan(size_t(a->fed), size_t(n)), n == a->remaining() ? 1 : 0});
+            owners.push_back(a.get());
+            blocks += engine_.blocks_needed(a->seq, n);
+            left -= n;
+        }
+    return blocks <= engine_.free_blocks();
+}
+
+bool Scheduler::step() {
+    take_submissions();
+    drop_cancelled();
+    admit();
+    if (running_.empty()) return false;
+    std::vector<Engine::Chunk> batch;
+    std::vector<Active*> owners;
+    while (!build_batch(batch, owners)) preempt_youngest();
+    if (batch.empty()) return true;  // everything was preempted: the next step readmits
+    const std::span<const float> logits = engine_.forward(batch);
+    const auto n_vocab = size_t(engine_.model().hp.n_vocab);
+    size_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        Active& a = *owners[i];
+        a.fed += int64_t(batch[i].tokens.size());
+        if (batch[i].n_logits == 0) continue;
+        sample(a, logits.subspan(row * n_vocab, n_vocab));
+        ++row;
+    }
+    return true;
+}
+
+void Scheduler::sample(Active& a, std::span<const float> logits) {
+    std::vector<float> row(logits.begin(), logits.end());
+    const int32_t id = a.sampler.sample(row);
+    if (tok_.is_eog(id) && !a.req.gen.ignore_eos) return finish(a, FinishReason::Stop);
+    a.sampler.accept(id);
+    a.result.ids.push_back(id);
+    if (a.text.feed(id)) return finish(a, FinishReason::Stop);
+    if (const std::string_view piece = a.text.take(); !piece.empty() && a.req.on_text) a.req.on_text(piece);
+    if (int64_t(a.result.ids.size()) >= a.req.gen.n_predict || engine_.n_past(a.seq) >= engine_.n_ctx())
+        return finish(a, FinishReason::Length);
+    a.feed.push_back(id);
+}
+
+void Scheduler::finish(Active& a, FinishReason why) {
+    if (const std::string_view rest = a.text.finish(); !rest.empty() && a.req.on_text) a.req.on_text(rest);
+    a.result.text = a.text.text();
+    a.result.finish = why;
+    if (a.seq >= 0) engine_.close(a.seq);
+    a.seq = -1;
+    const auto it =
+        std::find_if(running_.begin(), running_.end(), [&](const ActivePtr& p) { return p.get() == &a; });
+    ActivePtr done = std::move(*it);
+    running_.erase(it);
+    if (done->req.on_done) done->req.on_done(done->result);
+}
+
+void Scheduler::run_until_idle() {
+    while (step()) {
+    }
+}
+
+}  // namespace minfer

