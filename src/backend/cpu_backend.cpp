@@ -323,7 +323,8 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
             },
             [&](const op::FusedFFN&) { fused_ffn(n, bufs); }, [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},
-            [&](const auto&) { fused_qkv(n, bufs); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
+            [&](const op::FusedQKV&) { fused_qkv(n, bufs); }, [&](const op::FusedQkvNorm&) { fused_qkv(n, bufs); },
+            [&](const op::QkvBiasRopeStore&) { fused_qkv(n, bufs); },
         },
         n.op);
 }

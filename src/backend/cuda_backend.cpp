@@ -323,6 +323,8 @@ bool CudaBackend::supports(const CNode& n) const {
     // The KV kernels address a sequence's rows by position: the unpaged single-sequence layout only.
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging.max_blocks == 1;
     if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->paging.max_blocks == 1;
+    // The fused gate/up kernel is a matvec: at most kMaxMatvecTokens columns.
+    if (std::holds_alternative<op::FusedFFN>(n.op)) return n.shape[1] <= cuda::kMaxMatvecTokens;
     const auto* mm = std::get_if<meta::MatMul>(&n.meta);
     return !mm || cuda::quant_supported(mm->weight.type);
 }
@@ -600,7 +602,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                 cuda::matvec_swiglu(mat(m.gate), mat(m.up), in(0), nt, out, s);
             },
             [&](const op::Input&) {}, [&](const op::KvcacheLoad&) {},
-            [&](const auto&) { fused_qkv(n); },  // FusedQKV, FusedQkvNorm, QkvBiasRopeStore
+            [&](const op::FusedQKV&) { fused_qkv(n); }, [&](const op::FusedQkvNorm&) { fused_qkv(n); },
+            [&](const op::QkvBiasRopeStore&) { fused_qkv(n); },
         },
         n.op);
 }

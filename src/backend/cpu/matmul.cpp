@@ -208,7 +208,7 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
     const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
                x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    if ((nt == 1 || invariant) && (int8 || x2)) {
+    if ((nt <= kIntDotMaxTokens || invariant) && (int8 || x2)) {
         int_matmul(a, int8, pool);
     } else if (!invariant && nt > 1 && decode != DecodeDot::F32 && q.to_levels && quants_use_avx512()) {
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);

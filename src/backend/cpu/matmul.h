@@ -1,10 +1,11 @@
 // Quantized-weight matrix multiply on the CPU: Y[t][o] = sum_i W[o][i] * X[t][i] (+ bias[o]).
 // W is row-major [n_out][n_in] in the blocks of `q` (straight from the GGUF mapping, no copy);
 // X is [nt][n_in] f32, Y is [nt][n_out] f32. Rows of W are split across the pool's threads.
-// Prefill (nt > 1) of a quantized type on AVX-512 VNNI runs the int16 GEMM (gemm_i16.h: the int8x2
-// activation levels, integer products) unless decode is DecodeDot::F32; otherwise prefill keeps f32
-// activations (weights dequantized against a register-blocked f32 tile). Decode (nt == 1) of a type with
-// integer dots runs the DecodeDot chosen, other types the f32 quant dot.
+// Up to kIntDotMaxTokens columns (decode, batched decode) of a type with integer dots run the DecodeDot
+// chosen, one column at a time (nt == 1) or a few per weight load (vec_dot_x2_cols). Wider products
+// (prefill) of a quantized type on AVX-512 VNNI run the int16 GEMM (gemm_i16.h: the int8x2 activation
+// levels, integer products) unless decode is DecodeDot::F32; otherwise they keep f32 activations
+// (weights dequantized against a register-blocked f32 tile). Decode of other types: the f32 quant dot.
 #pragma once
 #include <cstdint>
 
@@ -25,6 +26,12 @@ enum class DecodeDot { F32, Int8, Int8x2 };
 // bit for bit as decode (nt == 1) computes it: activations quantized per column, weights read once for
 // all columns (vec_dot_x2_cols). Other types (and DecodeDot::F32) run the f32 tiles for every nt, decode
 // included. invariant == false: the fastest path for each nt, as described above.
+//
+// Without invariance, products of up to this many columns still take the integer dots (weights read once
+// for all columns beat the int16 GEMM's panel repacking there: bench_quants 4864x896, 2 threads,
+// AVX-512, Q4_K nt=4 347 vs 724 us, nt=8 692 vs 882), wider ones the GEMM (nt=32: 1571 vs 3231 us).
+inline constexpr int64_t kIntDotMaxTokens = 16;
+
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
             float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32,
             bool invariant = false);
