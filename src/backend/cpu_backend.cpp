@@ -146,14 +146,18 @@ int block_shift(const meta::Paging& pg) {
 }
 
 // Where the tokens of one forward read and write their sequences' KV rows: the inputs positions,
-// seq_slot and block_table (src[2..4] of KV stores and attention), checked against the region so that a
-// bad table is an error, never a stray access.
+// seq_slot and block_table (src[2..4] of KV stores and attention; unpaged graphs have only positions,
+// and their one block is block 0), checked against the region so that a bad table is an error, never
+// a stray access.
 struct KvIndexData {
     const int32_t *pos, *slot, *table;
     meta::Paging paging;
     int shift;
 
-    const int32_t* blocks(int64_t t) const { return table + int64_t(slot[t]) * paging.max_blocks; }
+    const int32_t* blocks(int64_t t) const {
+        static const int32_t first_block = 0;
+        return table ? table + int64_t(slot[t]) * paging.max_blocks : &first_block;
+    }
     int64_t physical(int64_t t) const {
         const int64_t p = pos[t];
         return int64_t(blocks(t)[p >> shift]) << shift | (p & ((int64_t(1) << shift) - 1));
@@ -163,8 +167,9 @@ struct KvIndexData {
 
 KvIndexData kv_index(const CNode& n, const NodeBuffers& bufs, const meta::Paging& pg, int64_t n_slots,
                      int64_t nt) {
-    const KvIndexData d{ids_of(bufs, n.src[2]), ids_of(bufs, n.src[3]), ids_of(bufs, n.src[4]), pg,
-                        block_shift(pg)};
+    const bool paged = n.src.size() == 5;
+    const KvIndexData d{ids_of(bufs, n.src[2]), paged ? ids_of(bufs, n.src[3]) : nullptr,
+                        paged ? ids_of(bufs, n.src[4]) : nullptr, pg, block_shift(pg)};
     d.check(n.name, n_slots, nt);
     return d;
 }
@@ -173,7 +178,7 @@ void KvIndexData::check(const std::string& node, int64_t n_slots, int64_t nt) co
     // The unpaged layout's one block may be shorter than 2^shift rows.
     const int64_t n_blocks = std::max<int64_t>(n_slots >> shift, 1), n_pos = paging.block * paging.max_blocks;
     for (int64_t t = 0; t < nt; ++t) {
-        if (pos[t] < 0 || pos[t] >= n_pos || slot[t] < 0)
+        if (pos[t] < 0 || pos[t] >= n_pos || (slot && slot[t] < 0))
             throw Error(node + ": token " + std::to_string(t) + " at position " + std::to_string(pos[t]) +
                         " is outside the context of " + std::to_string(n_pos) + " tokens");
         for (int64_t b = 0; b <= (pos[t] >> shift); ++b)
@@ -321,9 +326,11 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
             [&](const op::SwiGLU&) {
                 rows(nt, [&](int64_t t) { cpu::swiglu(in(0) + t * d, in(1) + t * d, out + t * d, d); });
             },
-            [&](const op::FusedFFN&) { fused_ffn(n, bufs); }, [&](const op::Input&) {},
+            [&](const op::FusedFFN&) { fused_ffn(n, bufs); },
+            [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},
-            [&](const op::FusedQKV&) { fused_qkv(n, bufs); }, [&](const op::FusedQkvNorm&) { fused_qkv(n, bufs); },
+            [&](const op::FusedQKV&) { fused_qkv(n, bufs); },
+            [&](const op::FusedQkvNorm&) { fused_qkv(n, bufs); },
             [&](const op::QkvBiasRopeStore&) { fused_qkv(n, bufs); },
         },
         n.op);

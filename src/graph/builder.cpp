@@ -62,10 +62,18 @@ NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
     return node("swiglu", op::SwiGLU{}, {gate, up}, g_[gate].shape);
 }
 
+namespace {
+std::vector<NodeId> with_kv_index(std::vector<NodeId> src, const KvIndex& at) {
+    src.push_back(at.positions);
+    if (at.seq_slot >= 0) src.insert(src.end(), {at.seq_slot, at.block_table});
+    return src;
+}
+}  // namespace
+
 NodeId GraphBuilder::kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at, const meta::Kv& m) {
     // The declared shape sizes the persistent region.
-    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer},
-                {k, v, at.positions, at.seq_slot, at.block_table}, {m.n_embd, m.n_ctx, 1, 1}, m);
+    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer}, with_kv_index({k, v}, at),
+                {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
 NodeId GraphBuilder::kvcache_load(int layer, const meta::Kv& m) {
@@ -74,8 +82,8 @@ NodeId GraphBuilder::kvcache_load(int layer, const meta::Kv& m) {
 
 NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m) {
     // The output width comes from the metadata, not from q: with FusedQKV, q is a wider concat buffer.
-    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal},
-                {q, kv, at.positions, at.seq_slot, at.block_table}, {m.n_head * m.hd, nt(q), 1, 1}, m);
+    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal}, with_kv_index({q, kv}, at),
+                {m.n_head * m.hd, nt(q), 1, 1}, m);
 }
 
 NodeId GraphBuilder::fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {

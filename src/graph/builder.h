@@ -8,8 +8,9 @@
 
 namespace minfer {
 
-// The inputs that locate each token's KV slot: positions [nt], seq_slot [nt] (its block-table row) and
-// block_table [max_blocks, max_seqs] (meta::Paging says how they combine).
+// The inputs that locate each token's KV slot: positions [nt], and in a paged layout seq_slot [nt] (its
+// block-table row) and block_table [max_blocks, max_seqs] (meta::Paging says how they combine; -1 when
+// unpaged: the slot is the position).
 struct KvIndex {
     NodeId positions, seq_slot, block_table;
 };

@@ -38,11 +38,11 @@ struct Rope {
     RopeStyle style;
     bool operator==(const Rope&) const = default;
 };
-struct Attn {  // src: [q, kv_load, positions, seq_slot, block_table]
+struct Attn {  // src: [q, kv_load, positions] + [seq_slot, block_table] when paged
     AttnMode mode;
     bool operator==(const Attn&) const = default;
 };
-struct KvcacheStore {  // src: [k, v, positions, seq_slot, block_table]; writes the layer's region
+struct KvcacheStore {  // src: [k, v, positions] + [seq_slot, block_table] when paged
     int layer;
     bool operator==(const KvcacheStore&) const = default;
 };

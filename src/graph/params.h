@@ -23,6 +23,9 @@ struct CParams {
     bool operator==(const CParams&) const = default;
     int64_t block() const { return kv_block > 0 ? kv_block : n_ctx; }
     int64_t max_blocks() const { return n_ctx / block(); }  // block-table entries per sequence
+    // More than one block or sequence: the graph takes seq_slot and block_table inputs. Otherwise a
+    // token's KV slot is its position (the unpaged layout the GPU kernels address).
+    bool paged() const { return max_blocks() > 1 || max_seqs > 1; }
     // Defaults with the fusion toggles read from the environment.
     static CParams from_env(int64_t n_ctx, bool gpu);
 };

@@ -58,8 +58,9 @@ GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p) {
     const CParams& c = p.cparams;
     in.tokens = b.input("token_ids", {p.n_tokens, 1, 1, 1}, DType::I32);
     in.kv.positions = b.input("positions", {p.n_tokens, 1, 1, 1}, DType::I32);
-    in.kv.seq_slot = b.input("seq_slot", {p.n_tokens, 1, 1, 1}, DType::I32);
-    in.kv.block_table = b.input("block_table", {c.max_blocks(), c.max_seqs, 1, 1}, DType::I32);
+    in.kv.seq_slot = c.paged() ? b.input("seq_slot", {p.n_tokens, 1, 1, 1}, DType::I32) : -1;
+    in.kv.block_table =
+        c.paged() ? b.input("block_table", {c.max_blocks(), c.max_seqs, 1, 1}, DType::I32) : -1;
     in.out_ids = p.n_out < p.n_tokens ? b.input("out_ids", {p.n_out, 1, 1, 1}, DType::I32) : -1;
     return in;
 }

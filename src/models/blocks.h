@@ -8,8 +8,8 @@
 namespace minfer {
 
 struct GraphInputs {
-    NodeId tokens;  // [nt] i32
-    KvIndex kv;     // positions [nt], seq_slot [nt], block_table [max_blocks, max_seqs] (data, not structure)
+    NodeId tokens;   // [nt] i32
+    KvIndex kv;      // positions [nt]; seq_slot [nt], block_table [max_blocks, max_seqs] when paged (data)
     NodeId out_ids;  // [n_out] i32: rows to keep after the last attention; -1 when n_out == nt
 };
 

@@ -263,8 +263,10 @@ std::span<const float> Engine::forward(std::span<const Chunk> batch) {
     ComputeGraph& g = activate(params_for(n_tokens, n_out));
     exec_.fill_input(g.find_input("token_ids"), pl.tokens);
     exec_.fill_input(g.find_input("positions"), pl.positions);
-    exec_.fill_input(g.find_input("seq_slot"), pl.slots);
-    exec_.fill_input(g.find_input("block_table"), table_);
+    if (cparams_.paged()) {
+        exec_.fill_input(g.find_input("seq_slot"), pl.slots);
+        exec_.fill_input(g.find_input("block_table"), table_);
+    }
     if (const NodeId out = g.find_input("out_ids"); out >= 0) exec_.fill_input(out, pl.out_rows);
     if (observer_) observer_->begin_step(step_);
     exec_.run(g);

@@ -261,7 +261,7 @@ TEST(Reuse, structural_check_detects_different_graph) {
     EXPECT_TRUE(error_of([&] { cache.verify_structural(p, m->build_graph(*m, other_ctx)); }));
 
     // One tampered node at a time; the error names the node.
-    const NodeId norm = 6;  // layer 0's attn_norm (§2.5, after the five inputs)
+    const NodeId norm = 4;  // layer 0's attn_norm (§2.5; an unpaged graph has three inputs)
     ASSERT_TRUE(std::holds_alternative<op::RmsNorm>(cached[norm].op));
     auto tampered = [&](auto&& edit) {
         ComputeGraph g = m->build_graph(*m, p);
@@ -273,7 +273,7 @@ TEST(Reuse, structural_check_detects_different_graph) {
           tampered([](CNode& n) { n.shape[1] += 1; }),
           tampered([](CNode& n) { std::get<meta::Weight>(n.meta).weight.name += "x"; })}) {
         ASSERT_TRUE(msg) << "a tampered node passed the structural check";
-        EXPECT_NE(msg->find("node 6"), std::string::npos) << *msg;
+        EXPECT_NE(msg->find("node 4"), std::string::npos) << *msg;
     }
 }
 
@@ -423,7 +423,7 @@ TEST(Fused, decode_fusions_replace_their_chains) {
                           Case{"llama", "FusedQKV", 5, 3, 18}}) {
         SCOPED_TRACE(c.arch);
         const auto m = synth(c.arch, L);
-        const size_t frame = 4 + 1 + 2;  // inputs, embedding, final norm, lm_head
+        const size_t frame = 2 + 1 + 2;  // inputs (unpaged), embedding, final norm, lm_head
         auto nodes = [&](const GraphParams& p) { return m->build_graph(*m, p).nodes.size(); };
         EXPECT_EQ(nodes(decode_params(false)), frame + size_t(L * c.layer_nodes));
         EXPECT_EQ(nodes(decode_params(true, false, false)), frame + size_t(L * c.layer_nodes));

@@ -251,9 +251,7 @@ class Driver {
         std::iota(pos.begin(), pos.end(), int32_t(n_past_));
         exec_.fill_input(graph_.find_input("token_ids"), tokens);
         exec_.fill_input(graph_.find_input("positions"), pos);
-        const std::vector<int32_t> slots(tokens.size(), 0), table{0};  // one sequence, unpaged
-        exec_.fill_input(graph_.find_input("seq_slot"), slots);
-        exec_.fill_input(graph_.find_input("block_table"), table);
+        EXPECT_EQ(graph_.find_input("seq_slot"), -1) << "unpaged: the slot is the position";
         exec_.run(graph_);
         n_past_ += nt;
         const float* out = exec_.data(graph_.outputs.front());

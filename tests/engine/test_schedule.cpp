@@ -60,9 +60,6 @@ std::vector<float> run(const Model& m, const std::vector<Backend*>& backends,
     std::iota(pos.begin(), pos.end(), 0);
     exec.fill_input(g.find_input("token_ids"), tokens);
     exec.fill_input(g.find_input("positions"), pos);
-    const std::vector<int32_t> slots(tokens.size(), 0), table{0};  // one sequence, unpaged
-    exec.fill_input(g.find_input("seq_slot"), slots);
-    exec.fill_input(g.find_input("block_table"), table);
     exec.fill_input(g.find_input("out_ids"), out_ids);
     exec.run(g);
     if (schedule) *schedule = exec.schedule();
@@ -90,9 +87,9 @@ TEST(Schedule, fallback_nodes_split_segments_with_minimal_transfers) {
     ASSERT_EQ(sched.segments.size(), size_t(2 * s.n_layer + 1));
     for (size_t i = 0; i < sched.segments.size(); ++i)
         EXPECT_EQ(sched.segments[i].backend, i % 2 == 0 ? static_cast<Backend*>(&dev) : &cpu) << i;
-    // Up: the five inputs (token ids, positions, sequence slots, block table, out ids) once each, then
-    // each down projection's output. Down: each SwiGLU output for the CPU's matmul, and the logits.
-    EXPECT_EQ(dev.uploads.size(), size_t(5 + s.n_layer));
+    // Up: the three inputs of an unpaged graph (token ids, positions, out ids) once each, then each down
+    // projection's output. Down: each SwiGLU output for the CPU's matmul, and the logits at the end.
+    EXPECT_EQ(dev.uploads.size(), size_t(3 + s.n_layer));
     EXPECT_EQ(dev.downloads.size(), size_t(s.n_layer + 1));
     ASSERT_EQ(sched.outputs.size(), 1u);
     EXPECT_EQ(dev.downloads.back(), sched.outputs.front().node);
