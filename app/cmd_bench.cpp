@@ -36,6 +36,7 @@ struct BenchOptions {
     int64_t n_prompt = 512, n_gen = 128, depth = 0, n_ubatch = kDefaultUbatch;
     int threads = 0, reps = 5;
     BackendKind device = BackendKind::Cpu;
+    GgmlType kv_type = GgmlType::F32;
     bool json = false, deterministic = false;
     std::vector<int> parallel;  // --parallel: the batched mode, one row per sequence count
 };
@@ -164,6 +165,7 @@ BatchedRow bench_batched_at(const Model& m, const BenchOptions& o, int threads, 
                              .device = o.device,
                              .n_ubatch = o.n_ubatch,
                              .max_seqs = n_seqs,
+                             .kv_type = o.kv_type,
                              .batch_invariant = o.deterministic});
     std::mt19937 rng(1234);
     const std::vector<int32_t> pp = random_ids(n_seqs * o.n_prompt, m.hp.n_vocab, rng);
@@ -243,8 +245,8 @@ void bench(const BenchOptions& o) {
     const auto model = load_model(path, o.device);
     const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     if (!o.parallel.empty()) return bench_batched(*model, path, threads, o);
-    Session session(
-        *model, {o.depth + std::max(o.n_prompt, o.n_gen), threads, o.device, o.n_ubatch, o.deterministic});
+    Session session(*model, {o.depth + std::max(o.n_prompt, o.n_gen), threads, o.device, o.n_ubatch,
+                             o.deterministic, o.kv_type});
     std::mt19937 rng(1234);
     const std::vector<int32_t> pp = random_ids(o.n_prompt, model->hp.n_vocab, rng);
     const std::vector<int32_t> tg = random_ids(o.n_gen, model->hp.n_vocab, rng);
@@ -288,6 +290,7 @@ void add_bench_command(CLI::App& app) {
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
+    add_kv_type_option(*c, o->kv_type);
     CLI::Option* reps = c->add_option("-r,--repetitions", o->reps, "Timed repetitions per test (default 5)")
                             ->check(int_in(1, 1 << 20));
     c->add_flag("--deterministic", o->deterministic, "Batch-invariant arithmetic (see run --deterministic)");

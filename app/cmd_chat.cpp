@@ -36,6 +36,7 @@ struct ChatOptions {
     int64_t n_ctx = 0, n_predict = 512, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
+    GgmlType kv_type = GgmlType::F32;
     SamplerParams sampling;
 };
 
@@ -119,7 +120,7 @@ void chat(const ChatOptions& o) {
     const auto model = load_model(o.model, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const ChatPrompt prompt(*model->file, *tok);
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, false, o.kv_type});
     Chat c(o, session, *tok, prompt);
 
     // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
@@ -153,6 +154,7 @@ void add_chat_command(CLI::App& app) {
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
+    add_kv_type_option(*c, o->kv_type);
     add_sampling_options(*c, o->sampling);
     c->callback([o] { chat(*o); });
 }

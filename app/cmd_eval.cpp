@@ -23,6 +23,7 @@ struct EvalOptions {
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
+    GgmlType kv_type = GgmlType::F32;
     bool json = false;
     GraphDumpOptions dump;
 };
@@ -41,7 +42,7 @@ nlohmann::json top_k_of(const float* row, int64_t n_vocab, int k) {
 void eval(const EvalOptions& o) {
     const auto model = load_model(o.model, o.device);
     const std::vector<int32_t> ids = parse_ids(o.prompt_ids, "--prompt-ids");
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, false, o.kv_type});
     const auto nt = int64_t(ids.size());
     if (o.dump.requested()) return dump_graph(session, session.params_for(nt, nt), o.dump);
     std::ofstream f;
@@ -75,6 +76,7 @@ void add_eval_command(CLI::App& app) {
     c->add_option("-t,--threads", o->threads, "Threads")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
+    add_kv_type_option(*c, o->kv_type);
     c->add_flag("--json", o->json, "Compact JSON");
     o->dump.add_to(*c);
     c->callback([o] { eval(*o); });

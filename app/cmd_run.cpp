@@ -27,6 +27,7 @@ struct RunOptions {
     int threads = 0, parallel = 0;
     bool deterministic = false;
     BackendKind device = BackendKind::Cpu;
+    GgmlType kv_type = GgmlType::F32;
     std::optional<std::string> system;
     bool json = false, chat = false;
     GenerateParams gen;
@@ -73,6 +74,7 @@ void run_parallel(const RunOptions& o) {
     const std::vector<std::string> texts = read_prompts(o.file);
     EngineParams ep{o.n_ctx, o.threads, o.device, o.n_ubatch, o.parallel};
     ep.batch_invariant = o.deterministic;
+    ep.kv_type = o.kv_type;
     Engine engine(*model, ep);
     Scheduler sched(engine, *tok);
     std::vector<std::vector<int32_t>> prompts;
@@ -103,7 +105,7 @@ void run(const RunOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())
@@ -149,6 +151,7 @@ void add_run_command(CLI::App& app) {
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
+    add_kv_type_option(*c, o->kv_type);
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");

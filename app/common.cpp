@@ -119,6 +119,13 @@ void add_ubatch_option(CLI::App& app, int64_t& n_ubatch) {
         ->check(int_in(1, 1 << 20));
 }
 
+void add_kv_type_option(CLI::App& app, GgmlType& type) {
+    static const std::map<std::string, GgmlType> types{
+        {"f32", GgmlType::F32}, {"f16", GgmlType::F16}, {"q8_0", GgmlType::Q8_0}};
+    app.add_option("--kv-type", type, "KV cache element type: f32, f16 or q8_0 (default: f32; CPU)")
+        ->transform(CLI::CheckedTransformer(types, CLI::ignore_case));
+}
+
 void add_device_option(CLI::App& app, BackendKind& device) {
     static const std::map<std::string, BackendKind> kinds{{"cpu", BackendKind::Cpu},
                                                           {"cuda", BackendKind::Cuda}};

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "gguf/ggml_type.h"
+
 namespace CLI {
 class App;
 class Validator;
@@ -47,6 +49,8 @@ void add_sampling_options(CLI::App& app, SamplerParams& p);
 void add_device_option(CLI::App& app, BackendKind& device);
 // --ubatch-size (llama.cpp's -ub): most prompt tokens per forward pass (SessionParams::n_ubatch)
 void add_ubatch_option(CLI::App& app, int64_t& n_ubatch);
+// --kv-type f32 | f16 | q8_0.
+void add_kv_type_option(CLI::App& app, GgmlType& type);
 
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);

@@ -113,12 +113,20 @@ void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {
 
 namespace {
 
-// K/V rows of nt tokens into their slots (row t goes to slot(t)).
+// K/V rows of nt tokens into their slots (row t goes to slot(t)), converted to the region's type by
+// the quant table's scalar quantizer (round to nearest; q8_0: one scale per 32 elements).
 void kv_store_rows(KvCache::Region& r, int64_t nt, const auto& slot, const float* k, const float* v) {
+    const QuantTraits* q = r.type == GgmlType::F32 ? nullptr : quant_traits(r.type);
     for (int64_t t = 0; t < nt; ++t) {
         const int64_t s = slot(t);
-        std::memcpy(r.k.data() + s * r.n_embd, k + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
-        std::memcpy(r.v.data() + s * r.n_embd, v + t * r.n_embd, size_t(r.n_embd) * sizeof(float));
+        const float *kt = k + t * r.n_embd, *vt = v + t * r.n_embd;
+        if (!q) {
+            std::memcpy(r.k_row(s), kt, r.row_bytes);
+            std::memcpy(r.v_row(s), vt, r.row_bytes);
+        } else {
+            q->from_float_ref(kt, r.k_row(s), r.n_embd);
+            q->from_float_ref(vt, r.v_row(s), r.n_embd);
+        }
     }
 }
 
@@ -158,10 +166,11 @@ struct KvIndexData {
         static const int32_t first_block = 0;
         return table ? table + int64_t(slot[t]) * paging.max_blocks : &first_block;
     }
-    int64_t physical(int64_t t) const {
-        const int64_t p = pos[t];
-        return int64_t(blocks(t)[p >> shift]) << shift | (p & ((int64_t(1) << shift) - 1));
+    // The slot of row j of token t's sequence, and of token t itself.
+    int64_t slot_of(int64_t t, int64_t j) const {
+        return int64_t(blocks(t)[j >> shift]) << shift | (j & ((int64_t(1) << shift) - 1));
     }
+    int64_t physical(int64_t t) const { return slot_of(t, pos[t]); }
     void check(const std::string& node, int64_t n_slots, int64_t nt) const;
 };
 
@@ -188,6 +197,19 @@ void KvIndexData::check(const std::string& node, int64_t n_slots, int64_t nt) co
     }
 }
 
+// Rows 0..n-1 of one KV head (columns [c0, c0 + hd) of each row) of a compact region, as f32 rows of hd:
+// the attention kernels then run on them as on an f32 region, so every KV type gets their arithmetic.
+void kv_head_to_f32(const KvCache::Region& r, const KvIndexData& at, int64_t t, int64_t c0, int64_t hd,
+                    int64_t n, float* k, float* v) {
+    const QuantTraits& q = *quant_traits(r.type);
+    const size_t off = size_t(c0 / q.block_size) * q.type_size;  // heads start on a block boundary
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t s = at.slot_of(t, j);
+        q.to_float(r.k_row(s) + off, k + j * hd, hd);
+        q.to_float(r.v_row(s) + off, v + j * hd, hd);
+    }
+}
+
 }  // namespace
 
 void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
@@ -198,14 +220,25 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
     const float* q = bufs.data(n.src[0]);
     const int64_t q_stride = g[n.src[0]].shape[0];  // Q may sit in a wider buffer
     float* out = bufs.data(n.id);
+    const bool f32 = r.type == GgmlType::F32;
     scratch_.resize(size_t(pool_.size() * group * r.n_ctx));
+    if (!f32) kv_scratch_.resize(size_t(pool_.size() * 2 * r.n_ctx * m.hd_kv));
     pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
-        const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv;
+        const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv, n_kv = int64_t(at.pos[t]) + 1;
         const float* qt = q + t * q_stride + j * group * m.hd;
-        const cpu::KvRows rows{r.k.data() + j * m.hd_kv, r.v.data() + j * m.hd_kv, r.n_embd, at.blocks(t),
-                               at.shift};
-        cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd,
-                       int64_t(at.pos[t]) + 1, m.scale, scratch_.data() + ith * group * r.n_ctx);
+        cpu::KvRows rows{reinterpret_cast<const float*>(r.k.data()) + j * m.hd_kv,
+                         reinterpret_cast<const float*>(r.v.data()) + j * m.hd_kv, r.n_embd, at.blocks(t),
+                         at.shift};
+        static const int32_t first_block = 0;
+        if (!f32) {  // this head's rows as f32, contiguous: one block as long as the sequence
+            float* k = kv_scratch_.data() + ith * 2 * r.n_ctx * m.hd_kv;
+            kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, n_kv, k, k + r.n_ctx * m.hd_kv);
+            int shift = cpu::kMinBlockShift;
+            while ((int64_t(1) << shift) < n_kv) ++shift;
+            rows = {k, k + r.n_ctx * m.hd_kv, m.hd_kv, &first_block, shift};
+        }
+        cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, n_kv, m.scale,
+                       scratch_.data() + ith * group * r.n_ctx);
     });
 }
 

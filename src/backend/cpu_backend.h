@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
     std::unordered_map<std::string, Weight> weights_;
     std::unordered_map<std::string, std::vector<float>> converted_;  // non-f32 1-D weights
     std::vector<float> scratch_;                                     // per-thread attention scores
+    std::vector<float> kv_scratch_;     // per-thread K/V rows of one head as f32 (f16 / q8_0 caches)
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
     cpu::DecodeDot decode_;             // decode matmul dots (MINFER_EXACT_DECODE / MINFER_INT8_DECODE)
     bool invariant_;

@@ -10,15 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "backend/buffer_plan.h"
 #include "backend/cpu/quants.h"
 #include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "gguf/gguf.h"
+#include "graph/weights.h"
 #include "kv/kv_cache.h"
-#include "models/model.h"
-#include "sched/alloc.h"
 #include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
@@ -154,7 +154,7 @@ struct CudaBackend::Impl {
     DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
-    void upload_all(const Model& m);
+    void upload_all(const WeightSet& w);
 
     float* dev(NodeId id) const {
         const int64_t off = offset[size_t(id)];
@@ -281,28 +281,28 @@ void CudaBackend::Impl::upload_vector(const WeightRef& w) {
     vecs[w.name] = d;
 }
 
-void CudaBackend::Impl::upload_all(const Model& m) {
-    for (const LayerWeights& l : m.layers) {
-        if (l.wq.type == l.wk.type && l.wk.type == l.wv.type) {
-            upload_matrices({&l.wq, &l.wk, &l.wv});
-        } else if (l.wq.type == l.wk.type) {  // V of another type: its own product in FusedQKV
-            upload_matrices({&l.wq, &l.wk});
-            upload_matrices({&l.wv});
+void CudaBackend::Impl::upload_all(const WeightSet& w) {
+    for (const WeightSet::Layer& l : w.layers) {
+        if (l.q.type == l.k.type && l.k.type == l.v.type) {
+            upload_matrices({&l.q, &l.k, &l.v});
+        } else if (l.q.type == l.k.type) {  // V of another type: its own product in FusedQKV
+            upload_matrices({&l.q, &l.k});
+            upload_matrices({&l.v});
         } else {
-            for (const WeightRef* w : {&l.wq, &l.wk, &l.wv}) upload_matrices({w});
+            for (const WeightRef* m : {&l.q, &l.k, &l.v}) upload_matrices({m});
         }
-        for (const WeightRef* w : {&l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) upload_matrices({w});
-        for (const WeightRef* w : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.ffn_norm})
-            upload_vector(*w);
+        for (const WeightRef& m : l.matrices) upload_matrices({&m});
+        for (const WeightRef& v : l.vectors) upload_vector(v);
     }
-    upload_matrices({&m.tok_embd}, false);
-    if (!mats.count(m.output.name)) upload_matrices({&m.output});
-    upload_vector(m.output_norm);
+    upload_matrices({&w.tok_embd}, false);
+    if (!mats.count(w.output.name)) upload_matrices({&w.output});
+    upload_vector(w.output_norm);
     MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
     upload_stage.release();
 }
 
-CudaBackend::CudaBackend(const Model& m) : impl_(std::make_unique<Impl>(*m.file)) {
+CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights)
+    : impl_(std::make_unique<Impl>(file)) {
     if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
     MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     blas_check(cuda::cublas().create(&impl_->blas), "cublasCreate");
@@ -310,7 +310,7 @@ CudaBackend::CudaBackend(const Model& m) : impl_(std::make_unique<Impl>(*m.file)
     impl_->blas_ws.reserve(size_t(32) << 20);  // a fixed workspace: no allocation inside captures
     blas_check(cuda::cublas().set_workspace(impl_->blas, impl_->blas_ws.ptr, impl_->blas_ws.bytes),
                "cublasSetWorkspace");
-    impl_->upload_all(m);
+    impl_->upload_all(weights);
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -601,8 +601,10 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                     throw Error("CUDA FusedFFN: more tokens than one matvec serves");
                 cuda::matvec_swiglu(mat(m.gate), mat(m.up), in(0), nt, out, s);
             },
-            [&](const op::Input&) {}, [&](const op::KvcacheLoad&) {},
-            [&](const op::FusedQKV&) { fused_qkv(n); }, [&](const op::FusedQkvNorm&) { fused_qkv(n); },
+            [&](const op::Input&) {},
+            [&](const op::KvcacheLoad&) {},
+            [&](const op::FusedQKV&) { fused_qkv(n); },
+            [&](const op::FusedQkvNorm&) { fused_qkv(n); },
             [&](const op::QkvBiasRopeStore&) { fused_qkv(n); },
         },
         n.op);

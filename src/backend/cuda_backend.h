@@ -11,11 +11,13 @@
 
 namespace minfer {
 
-struct Model;
+class GgufFile;
+struct WeightSet;
 
 class CudaBackend final : public Backend {
   public:
-    explicit CudaBackend(const Model& m);
+    // Uploads `weights` from `file`, which holds their data and must outlive the backend.
+    CudaBackend(const GgufFile& file, const WeightSet& weights);
     ~CudaBackend() override;
     BackendKind kind() const override { return BackendKind::Cuda; }
     bool supports(const CNode& n) const override;

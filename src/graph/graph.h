@@ -59,11 +59,13 @@ struct Attn {
     int64_t nkt;  // KV row stride = n_head_kv * hd_kv
     float scale;  // 1/sqrt(hd)
     Paging paging;
+    GgmlType kv_type = GgmlType::F32;  // element type of the K/V rows
     bool operator==(const Attn&) const = default;
 };
 struct Kv {
     int64_t n_embd, n_ctx;  // region shape [n_embd, n_ctx]
     Paging paging;
+    GgmlType type = GgmlType::F32;  // element type of the rows: F32, F16 or Q8_0
     bool operator==(const Kv&) const = default;
 };
 struct FusedQkv {  // the three projections and everything their epilogue needs

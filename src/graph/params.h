@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "gguf/ggml_type.h"
+
 namespace minfer {
 
 enum class GraphType : uint8_t { Prefill, Decode };
@@ -13,9 +15,10 @@ enum class GraphType : uint8_t { Prefill, Decode };
 // forward's tokens belong to at most max_seqs sequences, each reaching at most max_blocks() blocks
 // through its row of the block table.
 struct CParams {
-    int64_t n_ctx = 4096;  // KV token slots: sizes the persistent KV regions
-    int64_t kv_block = 0;  // token slots per KV block; 0: unpaged
-    int64_t max_seqs = 1;  // rows of the block table
+    int64_t n_ctx = 4096;              // KV token slots: sizes the persistent KV regions
+    int64_t kv_block = 0;              // token slots per KV block; 0: unpaged
+    int64_t max_seqs = 1;              // rows of the block table
+    GgmlType kv_type = GgmlType::F32;  // K/V element type (--kv-type): F32, F16 or Q8_0
     bool flash_attn = false;
     bool gpu = false;      // a GPU backend participates (enables the decode fusions)
     bool fuse_qkv = true;  // MINFER_NO_FUSE_QKV=1 turns off

@@ -16,7 +16,7 @@ meta::Paging paging(const GraphParams& p) {
 }
 
 meta::Kv kv_meta(const Model& m, const GraphParams& p) {
-    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p)};
+    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type};
 }
 
 meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p) {
@@ -93,7 +93,8 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
                         hp.head_dim,
                         hp.n_kv_embd(),
                         float(1.0 / std::sqrt(double(hp.head_dim))),
-                        paging(p)};
+                        paging(p),
+                        p.cparams.kv_type};
     return b.attn(q, kv, in.kv, am);  // [n_q_embd, nt]
 }
 

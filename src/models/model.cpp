@@ -122,4 +122,15 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
     return m;
 }
 
+WeightSet Model::weight_set() const {
+    WeightSet w{.layers = {}, .tok_embd = tok_embd, .output = output, .output_norm = output_norm};
+    for (const LayerWeights& l : layers)
+        w.layers.push_back({.q = l.wq,
+                            .k = l.wk,
+                            .v = l.wv,
+                            .matrices = {l.wo, l.ffn_gate, l.ffn_up, l.ffn_down},
+                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm}});
+    return w;
+}
+
 }  // namespace minfer

@@ -8,6 +8,7 @@
 
 #include "graph/graph.h"
 #include "graph/params.h"
+#include "graph/weights.h"
 
 namespace minfer {
 
@@ -58,6 +59,8 @@ struct Model {
     static std::unique_ptr<Model> load(const std::string& path);
     // The same on a file already opened (mapped or read into huge pages).
     static std::unique_ptr<Model> from_file(std::unique_ptr<GgufFile> file);
+    // Every weight, grouped by layer, for a backend that uploads them (CudaBackend).
+    WeightSet weight_set() const;
     ~Model();
 };
 

@@ -34,10 +34,14 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     if (!gpu && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
         throw Error("the KV block size must be a power of two of at least 16, not " +
                     std::to_string(p.kv_block));
+    if (gpu && p.kv_type != GgmlType::F32)
+        throw Error(std::string("--kv-type ") + ggml_type_name(p.kv_type) + " runs on the CPU only for now");
     CParams c = CParams::from_env(gpu ? n_ctx : (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block, gpu);
     c.kv_block = gpu ? 0 : p.kv_block;
     c.max_seqs = p.max_seqs;
-    const double kv_bytes = 2.0 * m.hp.n_layer * double(m.hp.n_kv_embd()) * double(c.n_ctx) * sizeof(float);
+    c.kv_type = p.kv_type;
+    const double kv_bytes =
+        2.0 * m.hp.n_layer * double(kv_row_bytes(p.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx);
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (ram > 0 && kv_bytes > ram)
         throw Error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
@@ -48,7 +52,7 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
 std::unique_ptr<Backend> make_gpu_backend(const Model& m, BackendKind device) {
     if (device == BackendKind::Cpu) return nullptr;
 #ifdef MINFER_HAVE_CUDA
-    return std::make_unique<CudaBackend>(m);
+    return std::make_unique<CudaBackend>(*m.file, m.weight_set());
 #else
     throw Error("--device cuda: this minfer was built without CUDA (no nvcc was found at build time)");
 #endif

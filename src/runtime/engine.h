@@ -36,6 +36,7 @@ struct EngineParams {
     int max_seqs = 1;                       // sequences open at once
     int64_t kv_block = kDefaultKvBlock;     // token slots per KV block (CPU)
     bool prefix_cache = true;               // reuse cached full blocks of equal prompt prefixes
+    GgmlType kv_type = GgmlType::F32;       // K/V element type (--kv-type f32 | f16 | q8_0; CPU)
     // Per-column matmul arithmetic independent of the batch (--deterministic): off by default, since it
     // costs more than 10% of throughput at large batches and in prefill (README, Batch invariance).
     bool batch_invariant = false;

@@ -14,6 +14,7 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.device = p.device;
     e.n_ubatch = p.n_ubatch;
     e.batch_invariant = p.batch_invariant;
+    e.kv_type = p.kv_type;
     return e;
 }
 }  // namespace

@@ -17,6 +17,7 @@ struct SessionParams {
     BackendKind device = BackendKind::Cpu;  // Cuda: every node the GPU supports runs there
     int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass (llama.cpp's -ub)
     bool batch_invariant = false;           // --deterministic: the arithmetic of batched runs
+    GgmlType kv_type = GgmlType::F32;       // --kv-type
 };
 
 class Session {

@@ -13,11 +13,16 @@
 
 namespace minfer::test {
 
-// The device the golden tests run on: MINFER_TEST_DEVICE=cuda runs them on the GPU (default cpu).
+// The device the golden tests run on: MINFER_TEST_DEVICE=cuda runs them on the GPU (default cpu);
+// MINFER_TEST_KV_TYPE=f16 or q8_0 measures another KV cache type against the same references.
 inline SessionParams golden_params(int64_t n_ctx) {
     const char* d = std::getenv("MINFER_TEST_DEVICE");
+    const char* kv = std::getenv("MINFER_TEST_KV_TYPE");
     const bool cuda = d && std::strcmp(d, "cuda") == 0;
-    return {n_ctx, 2, cuda ? BackendKind::Cuda : BackendKind::Cpu};
+    SessionParams p{n_ctx, 2, cuda ? BackendKind::Cuda : BackendKind::Cpu};
+    if (kv && std::strcmp(kv, "f16") == 0) p.kv_type = GgmlType::F16;
+    if (kv && std::strcmp(kv, "q8_0") == 0) p.kv_type = GgmlType::Q8_0;
+    return p;
 }
 
 inline nlohmann::json load_json(const std::string& path) {

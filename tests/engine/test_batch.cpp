@@ -26,8 +26,9 @@ std::string embedded_model() {
     return std::string(MINFER_SOURCE_DIR) + "/models/qwen2-mini-Q8_0.gguf";
 }
 
-EngineParams params(int max_seqs, int64_t n_ctx, bool prefix_cache = true) {
+EngineParams params(int max_seqs, int64_t n_ctx, bool prefix_cache = true, GgmlType kv = GgmlType::F32) {
     EngineParams p;
+    p.kv_type = kv;
     p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.max_seqs = max_seqs;
@@ -55,8 +56,8 @@ struct Alone {
     std::vector<float> logits;
 };
 
-Alone run_alone(const Model& m, const std::vector<int32_t>& prompt, int n_gen) {
-    Engine e(m, params(1, 512, false));
+Alone run_alone(const Model& m, const std::vector<int32_t>& prompt, int n_gen, GgmlType kv) {
+    Engine e(m, params(1, 512, false, kv));
     const SeqId s = e.open();
     Alone a{prompt, {}};
     const Engine::Chunk first{s, prompt, int64_t(prompt.size())};
@@ -77,7 +78,7 @@ Alone run_alone(const Model& m, const std::vector<int32_t>& prompt, int n_gen) {
 // steps and are fed their alone-run streams in random chunks, up to the micro-batch per forward; every
 // position's logits must be memcmp-equal to the alone run's.
 void expect_invariant_under_load(const Model& m, const std::vector<std::vector<int32_t>>& golden,
-                                 bool prefix_cache) {
+                                 bool prefix_cache, GgmlType kv = GgmlType::F32) {
     std::mt19937 rng(prefix_cache ? 7 : 8);
     const std::vector<int32_t> common = random_ids(rng, 70, m.hp.n_vocab);
     std::vector<Alone> alone;
@@ -85,9 +86,9 @@ void expect_invariant_under_load(const Model& m, const std::vector<std::vector<i
         std::vector<int32_t> p =
             i < int(golden.size()) ? golden[size_t(i)] : random_ids(rng, 3 + i % 40, m.hp.n_vocab);
         if (i % 3 == 0 && i >= int(golden.size())) p.insert(p.begin(), common.begin(), common.end());
-        alone.push_back(run_alone(m, p, 8 + i % 9));
+        alone.push_back(run_alone(m, p, 8 + i % 9, kv));
     }
-    Engine e(m, params(64, 64 * 256, prefix_cache));
+    Engine e(m, params(64, 64 * 256, prefix_cache, kv));
     std::vector<int> arrival(64);
     for (int& a : arrival) a = std::uniform_int_distribution<int>(0, 30)(rng);
     std::vector<SeqId> seq(64, -1);
@@ -149,6 +150,31 @@ TEST(BatchInvariance, EmbeddedModelUnderLoadEqualsAlone) {
     const auto golden = golden_prompts(ref_path("qwen2-mini-Q8_0.ref.json"));
     expect_invariant_under_load(*m, golden, true);
     expect_invariant_under_load(*m, golden, false);
+}
+
+// The compact caches store rounded rows and read them back as f32: invariance holds for them alike.
+TEST(BatchInvariance, CompactKvCachesUnderLoadEqualAlone) {
+    const auto m = Model::load(embedded_model());
+    for (const GgmlType kv : {GgmlType::F16, GgmlType::Q8_0}) {
+        SCOPED_TRACE(ggml_type_name(kv));
+        expect_invariant_under_load(*m, {}, true, kv);
+    }
+}
+
+// Bytes per cached token: f32 4 per element, f16 2, q8_0 34 per 32.
+TEST(KvCache, CompactTypesShrinkTheRegions) {
+    const auto m = Model::load(embedded_model());
+    const int64_t per_token_f32 = 2 * m->hp.n_layer * m->hp.n_kv_embd() * 4;
+    for (const auto& [kv, bytes] :
+         {std::pair{GgmlType::F32, per_token_f32}, std::pair{GgmlType::F16, per_token_f32 / 2},
+          std::pair{GgmlType::Q8_0, per_token_f32 / 128 * 34}}) {
+        Engine e(*m, params(1, 256, false, kv));
+        const SeqId s = e.open();
+        const std::vector<int32_t> ids{1, 2, 3};
+        const Engine::Chunk c{s, ids, 1};
+        e.forward({&c, 1});
+        EXPECT_EQ(int64_t(e.kv().bytes()), bytes * e.n_ctx()) << ggml_type_name(kv);
+    }
 }
 
 TEST(BatchInvariance, GoldenModelsUnderLoadEqualAlone) {

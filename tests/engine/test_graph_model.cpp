@@ -58,8 +58,10 @@ std::vector<float> kv_rows(const Session& s, int n_layer, int64_t n) {
     std::vector<float> out;
     for (int il = 0; il < n_layer; ++il) {
         const KvCache::Region& r = kv_region(s, il);
-        out.insert(out.end(), r.k.begin(), r.k.begin() + n * r.n_embd);
-        out.insert(out.end(), r.v.begin(), r.v.begin() + n * r.n_embd);
+        const auto* k = reinterpret_cast<const float*>(r.k.data());  // an f32 cache
+        const auto* v = reinterpret_cast<const float*>(r.v.data());
+        out.insert(out.end(), k, k + n * r.n_embd);
+        out.insert(out.end(), v, v + n * r.n_embd);
     }
     return out;
 }
