@@ -23,7 +23,7 @@ namespace {
 
 struct RunOptions {
     std::string model, prompt, prompt_ids, file;
-    int64_t n_ctx = 0, n_ubatch = kDefaultUbatch;
+    int64_t n_ctx = 0, n_ubatch = kDefaultUbatch, kv_mem = 0;
     int threads = 0, parallel = 0;
     bool deterministic = false;
     BackendKind device = BackendKind::Cpu;
@@ -72,9 +72,15 @@ void run_parallel(const RunOptions& o) {
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const std::vector<std::string> texts = read_prompts(o.file);
-    EngineParams ep{o.n_ctx, o.threads, o.device, o.n_ubatch, o.parallel};
+    EngineParams ep;
+    ep.n_ctx = o.n_ctx;
+    ep.n_threads = o.threads;
+    ep.device = o.device;
+    ep.n_ubatch = o.n_ubatch;
+    ep.max_seqs = o.parallel;
     ep.batch_invariant = o.deterministic;
     ep.kv_type = o.kv_type;
+    ep.kv_mem = o.kv_mem;
     Engine engine(*model, ep);
     Scheduler sched(engine, *tok);
     std::vector<std::vector<int32_t>> prompts;
@@ -105,7 +111,7 @@ void run(const RunOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type});
+    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type, o.kv_mem});
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())
@@ -152,6 +158,7 @@ void add_run_command(CLI::App& app) {
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
     add_kv_type_option(*c, o->kv_type);
+    add_kv_mem_option(*c, o->kv_mem);
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");

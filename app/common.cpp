@@ -126,6 +126,12 @@ void add_kv_type_option(CLI::App& app, GgmlType& type) {
         ->transform(CLI::CheckedTransformer(types, CLI::ignore_case));
 }
 
+void add_kv_mem_option(CLI::App& app, int64_t& bytes) {
+    app.add_option("--kv-mem", bytes, "KV cache size in bytes (4G, 512M; overrides -c): tokens it holds")
+        ->transform(CLI::AsSizeValue(false))
+        ->check(CLI::PositiveNumber);
+}
+
 void add_device_option(CLI::App& app, BackendKind& device) {
     static const std::map<std::string, BackendKind> kinds{{"cpu", BackendKind::Cpu},
                                                           {"cuda", BackendKind::Cuda}};

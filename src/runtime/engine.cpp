@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #ifdef MINFER_HAVE_CUDA
+#include "backend/cuda/cuda_util.h"
 #include "backend/cuda_backend.h"
 #endif
 #include "runtime/observe.h"
@@ -21,11 +22,39 @@ int default_threads(int n) {
     return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// The KV layout: on the CPU blocks of kv_block slots (n_ctx rounded up to whole blocks), on a GPU the
-// one block of the unpaged layout its kernels address by position (one sequence). Refuses a cache that
-// cannot fit in this machine's memory before anything is allocated.
+// Token slots the KV cache gets: --kv-mem's bytes, or -c (default: the model's context, at most 4096).
+int64_t requested_ctx(const Model& m, const EngineParams& p) {
+    if (p.kv_mem <= 0) return p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
+    const auto per_token = int64_t(2 * m.hp.n_layer * kv_row_bytes(p.kv_type, m.hp.n_kv_embd()));
+    const int64_t n = p.kv_mem / per_token / p.kv_block * p.kv_block;
+    if (n < p.kv_block)
+        throw Error("--kv-mem " + std::to_string(p.kv_mem) + " bytes hold less than one KV block of " +
+                    std::to_string(p.kv_block) + " tokens (" + std::to_string(per_token) +
+                    " bytes per token)");
+    return n;
+}
+
+// Refuses a cache that cannot fit before anything is allocated: against this machine's memory, or on a
+// GPU against the device's free memory less the weights it will upload.
+void check_kv_fits(const Model& m, const CParams& c, bool gpu) {
+    const double kv =
+        2.0 * m.hp.n_layer * double(kv_row_bytes(c.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx);
+    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+#ifdef MINFER_HAVE_CUDA
+    const double room = gpu ? double(cuda::device_free_bytes()) - double(m.file->file_size()) : ram;
+#else
+    const double room = ram;
+#endif
+    if (room > 0 && kv > room)
+        throw Error("the KV cache for " + std::to_string(c.n_ctx) + " tokens needs " +
+                    std::to_string(kv / double(1 << 30)) + " GiB, more than the " +
+                    std::to_string(room / double(1 << 30)) + " GiB free " +
+                    (gpu ? "on the GPU" : "in memory"));
+}
+
+// The KV layout: on the CPU blocks of kv_block slots (the context rounded up to whole blocks), on a GPU
+// the one block of the unpaged layout its kernels address by position (one sequence).
 CParams engine_cparams(const Model& m, const EngineParams& p) {
-    const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
     const bool gpu = p.device != BackendKind::Cpu;
     if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
     if (gpu && p.max_seqs > 1)
@@ -36,16 +65,12 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
                     std::to_string(p.kv_block));
     if (gpu && p.kv_type != GgmlType::F32)
         throw Error(std::string("--kv-type ") + ggml_type_name(p.kv_type) + " runs on the CPU only for now");
+    const int64_t n_ctx = requested_ctx(m, p);
     CParams c = CParams::from_env(gpu ? n_ctx : (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block, gpu);
     c.kv_block = gpu ? 0 : p.kv_block;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
-    const double kv_bytes =
-        2.0 * m.hp.n_layer * double(kv_row_bytes(p.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx);
-    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-    if (ram > 0 && kv_bytes > ram)
-        throw Error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
-                    std::to_string(kv_bytes / double(1 << 30)) + " GiB, more than this machine's memory");
+    check_kv_fits(m, c, gpu);
     return c;
 }
 

@@ -30,6 +30,7 @@ constexpr int64_t kDefaultKvBlock = 32;
 
 struct EngineParams {
     int64_t n_ctx = 0;                      // KV token slots shared by all sequences; 0: the model's, <= 4096
+    int64_t kv_mem = 0;                     // bytes for the KV cache (--kv-mem): sets n_ctx when > 0
     int n_threads = 0;                      // 0: all hardware threads
     BackendKind device = BackendKind::Cpu;  // Cuda: one sequence, the unpaged layout
     int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass

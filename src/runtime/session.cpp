@@ -15,12 +15,15 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.n_ubatch = p.n_ubatch;
     e.batch_invariant = p.batch_invariant;
     e.kv_type = p.kv_type;
+    e.kv_mem = p.kv_mem;
     return e;
 }
 }  // namespace
 
 Session::Session(const Model& m, const SessionParams& p)
-    : engine_(m, engine_params(m, p)), n_ctx_(engine_params(m, p).n_ctx), seq_(engine_.open()) {}
+    : engine_(m, engine_params(m, p)),
+      n_ctx_(p.kv_mem > 0 ? engine_.n_ctx() : engine_params(m, p).n_ctx),
+      seq_(engine_.open()) {}
 
 void Session::reset() {
     engine_.close(seq_);

@@ -18,6 +18,7 @@ struct SessionParams {
     int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass (llama.cpp's -ub)
     bool batch_invariant = false;           // --deterministic: the arithmetic of batched runs
     GgmlType kv_type = GgmlType::F32;       // --kv-type
+    int64_t kv_mem = 0;                     // --kv-mem: the context is what this many bytes hold
 };
 
 class Session {

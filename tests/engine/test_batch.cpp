@@ -177,6 +177,17 @@ TEST(KvCache, CompactTypesShrinkTheRegions) {
     }
 }
 
+// --kv-mem: the cache holds what the bytes hold, in whole blocks.
+TEST(KvCache, MemoryBudgetSetsTheContext) {
+    const auto m = Model::load(embedded_model());
+    const int64_t per_token = 2 * m->hp.n_layer * m->hp.n_kv_embd() * 2;  // f16
+    EngineParams p = params(4, 0, true, GgmlType::F16);
+    p.kv_mem = per_token * 100;
+    EXPECT_EQ(Engine(*m, p).n_ctx(), 96) << "100 tokens' bytes: three blocks of 32";
+    p.kv_mem = per_token * 31;
+    EXPECT_THROW(Engine(*m, p), Error) << "less than one block";
+}
+
 TEST(BatchInvariance, GoldenModelsUnderLoadEqualAlone) {
     for (const char* name : {"qwen3-mini-Q4_K_M", "llama-mini-Q4_K_M", "qwen2-mini-F16"}) {
         SCOPED_TRACE(name);

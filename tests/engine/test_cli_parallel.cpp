@@ -59,11 +59,16 @@ TEST(CliRunParallel, AnswersInInputOrderAsRunAlone) {
 
 TEST(CliRunParallel, BadUsesFailCleanly) {
     const std::string empty = prompts_file({});
-    for (const std::vector<std::string>& args : {std::vector<std::string>{"run", "--parallel", "2"},
-                                                 {"run", "--parallel", "2", "-f", "/nonexistent/p.txt"},
-                                                 {"run", "--parallel", "2", "-f", empty},
-                                                 {"run", "--parallel", "0", "-f", empty},
-                                                 {"run", "-f", empty, "-p", "x"}}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"run", "--parallel", "2"},
+          {"run", "--parallel", "2", "-f", "/nonexistent/p.txt"},
+          {"run", "--parallel", "2", "-f", empty},
+          {"run", "--parallel", "0", "-f", empty},
+          {"run", "-f", empty, "-p", "x"},
+          {"run", "-p", "x", "--kv-mem", "100"},
+          {"run", "-p", "x", "--kv-mem", "900G"},
+          {"run", "-p", "x", "--kv-type", "q4"},
+          {"run", "-p", "x", "--kv-type", "f16", "--device", "cuda"}}) {
         const CliResult r = run_cli(args);
         EXPECT_TRUE(r.failed_cleanly()) << r;
         EXPECT_FALSE(r.err.empty()) << r;

@@ -21,6 +21,12 @@ int device_count() {
     return n;
 }
 
+int64_t device_free_bytes() {
+    size_t free = 0, total = 0;
+    if (device_count() == 0 || cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    return int64_t(free);
+}
+
 namespace {
 
 // The current device's compute capability major version; 0 when it cannot be read. Read once.

@@ -10,6 +10,9 @@ void check(int status, const char* what);
 // Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
 
+// Free bytes of the current device's memory (cudaMemGetInfo); 0 when there is no device.
+int64_t device_free_bytes();
+
 // Whether kernels may launch before their predecessor finishes (launch.cuh): a device of compute
 // capability 9.0 or newer, and MINFER_NO_PDL unset. Read once.
 bool early_launch();
