@@ -4,9 +4,13 @@
 // with identical logits, forks share blocks and diverge, and bad requests are refused clearly.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -109,6 +113,51 @@ TEST(Scheduler, PreemptionRecomputesWithoutChangingATokenAndChunkedPrefillToo) {
     s.run_until_idle();
     EXPECT_GT(s.preemptions(), 0);
     for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got[i].ids, want[i].ids) << "prompt " << i;
+}
+
+// Another thread submits and cancels while this one steps, under a pool small enough to preempt: every
+// request finishes exactly once, each one not cancelled with its alone tokens, and the pool drains.
+TEST(Scheduler, SubmitAndCancelFromAnotherThreadUnderPressure) {
+    Fixture f;
+    const auto ps = prompts(*f.tok, 16);
+    Engine roomy(*f.model, params(8, 4096));
+    const auto want = run_all(roomy, *f.tok, ps, 0.8f);
+    Engine small(*f.model, params(6, 128));
+    Scheduler s(small, *f.tok, 24);
+    std::mutex mu;
+    std::map<size_t, std::vector<GenerationResult>> got;
+    std::atomic<int> submitted{0};
+    auto submit = [&](size_t i) {
+        return s.submit({ps[i], gen(0.8f, 100 + i, 24), {}, [&, i](const GenerationResult& r) {
+                             std::lock_guard lock(mu);
+                             got[i].push_back(r);
+                         }});
+    };
+    for (size_t i = 0; i < 8; ++i) submit(i), ++submitted;
+    std::thread other([&] {
+        for (size_t i = 8; i < ps.size(); ++i) {
+            const uint64_t id = submit(i);
+            ++submitted;
+            if (i % 4 == 0) s.cancel(id);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    while (submitted < int(ps.size()) || s.n_running() + s.n_waiting() > 0) s.step();
+    other.join();
+    s.run_until_idle();
+    ASSERT_EQ(got.size(), ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+        ASSERT_EQ(got[i].size(), 1u) << "request " << i << " finished once";
+        const GenerationResult& r = got[i][0];
+        if (r.finish == FinishReason::Cancelled) {
+            EXPECT_EQ(i % 4, 0u) << "only the cancelled ones";
+            EXPECT_TRUE(std::equal(r.ids.begin(), r.ids.end(), want[i].ids.begin()))
+                << "a prefix of its tokens";
+        } else {
+            EXPECT_EQ(r.ids, want[i].ids) << "request " << i;
+        }
+    }
+    EXPECT_EQ(small.pool().n_used(), 0);
 }
 
 TEST(Scheduler, CancelFreesTheBlocks) {
