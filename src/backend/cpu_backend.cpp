@@ -229,13 +229,10 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
         cpu::KvRows rows{reinterpret_cast<const float*>(r.k.data()) + j * m.hd_kv,
                          reinterpret_cast<const float*>(r.v.data()) + j * m.hd_kv, r.n_embd, at.blocks(t),
                          at.shift};
-        static const int32_t first_block = 0;
-        if (!f32) {  // this head's rows as f32, contiguous: one block as long as the sequence
+        if (!f32) {  // this head's rows as f32, contiguous
             float* k = kv_scratch_.data() + ith * 2 * r.n_ctx * m.hd_kv;
             kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, n_kv, k, k + r.n_ctx * m.hd_kv);
-            int shift = cpu::kMinBlockShift;
-            while ((int64_t(1) << shift) < n_kv) ++shift;
-            rows = {k, k + r.n_ctx * m.hd_kv, m.hd_kv, &first_block, shift};
+            rows = cpu::contiguous_rows(k, k + r.n_ctx * m.hd_kv, m.hd_kv, n_kv);
         }
         cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, n_kv, m.scale,
                        scratch_.data() + ith * group * r.n_ctx);

@@ -308,10 +308,10 @@ std::span<const float> Engine::forward(std::span<const Chunk> batch) {
     }
     const float* logits = exec_.data(g.outputs.front());
     const auto n_vocab = size_t(model_.hp.n_vocab);
-    bool in_place = n_out < n_tokens;  // out_ids picked the rows, or the wanted ones lead
-    for (int64_t r = 0; r < pl.n_wanted && !in_place; ++r)
-        in_place = pl.out_rows[size_t(r)] != r ? false : r + 1 == pl.n_wanted;
-    if (in_place || pl.n_wanted == 0) return {logits, size_t(pl.n_wanted) * n_vocab};
+    // In place when out_ids picked the rows, or when the wanted rows are the leading ones.
+    bool leading = true;
+    for (int64_t r = 0; r < pl.n_wanted; ++r) leading = leading && pl.out_rows[size_t(r)] == r;
+    if (n_out < n_tokens || leading) return {logits, size_t(pl.n_wanted) * n_vocab};
     logits_.resize(size_t(pl.n_wanted) * n_vocab);  // every row came out: keep the wanted ones
     for (int64_t r = 0; r < pl.n_wanted; ++r)
         std::copy_n(logits + size_t(pl.out_rows[size_t(r)]) * n_vocab, n_vocab,

@@ -20,10 +20,7 @@ using test::random_floats;
 
 // One block holding all `rows` rows (at least 16): the contiguous layout.
 KvRows contiguous(const std::vector<float>& k, const std::vector<float>& v, int64_t stride, int64_t rows) {
-    static const int32_t first_block = 0;
-    int shift = kMinBlockShift;
-    while ((int64_t(1) << shift) < rows) ++shift;
-    return {k.data(), v.data(), stride, &first_block, shift};
+    return contiguous_rows(k.data(), v.data(), stride, rows);
 }
 
 struct Shape {

@@ -199,10 +199,7 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
     parallel_rows(nt, [&](int64_t t) {
         const int64_t n_kv = std::min<int64_t>(int64_t(pos[size_t(t)]) + 1, n_ctx);
         const float* qt = q.data() + t * q_stride;
-        static const int32_t first_block = 0;  // the contiguous region as one block
-        int shift = cpu::kMinBlockShift;
-        while ((int64_t(1) << shift) < n_ctx) ++shift;
-        const cpu::KvRows rows{reg.k.data(), reg.v.data(), n_embd, &first_block, shift};
+        const cpu::KvRows rows = cpu::contiguous_rows(reg.k.data(), reg.v.data(), n_embd, n_ctx);
         cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const float* qh = qt + h * hd;

@@ -51,6 +51,13 @@ void mul(const float* a, const float* b, float* y, int64_t n) {
     mul_ref(a, b, y, n);
 }
 
+KvRows contiguous_rows(const float* k, const float* v, int64_t stride, int64_t n_rows) {
+    static const int32_t first_block = 0;
+    int shift = kMinBlockShift;
+    while ((int64_t(1) << shift) < n_rows) ++shift;
+    return {k, v, stride, &first_block, shift};
+}
+
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
                int64_t n_kv_rows, float scale, float* scratch) {
     if (quants_use_avx512() && avx512::attention_fits(n_head / n_head_kv, hd))

@@ -35,6 +35,8 @@ struct KvRows {
     const float* v_row(int64_t j) const { return v + physical(j) * stride; }
 };
 inline constexpr int kMinBlockShift = 4;
+// Rows 0..n_rows-1 stored one after another: one block holding them all.
+KvRows contiguous_rows(const float* k, const float* v, int64_t stride, int64_t n_rows);
 
 // Causal GQA attention for one query token over its sequence's rows 0..n_kv_rows-1 of a KV region.
 // q: [n_head * hd] (this token); head h reads kv head h / (n_head / n_head_kv) at column offset
