@@ -15,6 +15,12 @@ NodeId GraphBuilder::node(std::string name, Op op, std::vector<NodeId> src, Shap
     return id;
 }
 
+const CNode& GraphBuilder::at(NodeId x) const {
+    if (x < 0 || size_t(x) >= g_.nodes.size())
+        throw Error("graph builder: unknown node id " + std::to_string(x));
+    return g_[x];
+}
+
 NodeId GraphBuilder::input(const std::string& name, Shape shape, DType dtype) {
     const NodeId id = node(name, op::Input{}, {}, shape, meta::None{}, dtype);
     g_.inputs.push_back(id);
@@ -23,43 +29,43 @@ NodeId GraphBuilder::input(const std::string& name, Shape shape, DType dtype) {
 
 NodeId GraphBuilder::embedding(NodeId ids, const WeightRef& table) {
     // The table is not a node: weights are referenced by name and resolved at execution.
-    return node("embed", op::GetRows{}, {ids}, {table.n_in, g_[ids].shape[0], 1, 1}, meta::Weight{table});
+    return node("embed", op::GetRows{}, {ids}, {table.n_in, at(ids).shape[0], 1, 1}, meta::Weight{table});
 }
 
 NodeId GraphBuilder::get_rows(NodeId x, NodeId ids) {
-    return node("get_rows", op::GetRows{}, {x, ids}, {g_[x].shape[0], g_[ids].shape[0], 1, 1});
+    return node("get_rows", op::GetRows{}, {x, ids}, {at(x).shape[0], at(ids).shape[0], 1, 1});
 }
 
 NodeId GraphBuilder::rms_norm(NodeId x, const WeightRef& w, float eps) {
-    return node("norm_" + w.name, op::RmsNorm{eps}, {x}, g_[x].shape, meta::Weight{w});
+    return node("norm_" + w.name, op::RmsNorm{eps}, {x}, at(x).shape, meta::Weight{w});
 }
 
 NodeId GraphBuilder::qk_norm(NodeId x, const WeightRef& w, int64_t nh, int64_t hd, float eps) {
-    return node("qk_norm_" + w.name, op::QkNorm{hd, nh, eps}, {x}, g_[x].shape, meta::Weight{w});
+    return node("qk_norm_" + w.name, op::QkNorm{hd, nh, eps}, {x}, at(x).shape, meta::Weight{w});
 }
 
 NodeId GraphBuilder::matmul(NodeId x, const WeightRef& w, const WeightRef& bias) {
-    if (g_[x].shape[0] != w.n_in)
+    if (at(x).shape[0] != w.n_in)
         throw Error("graph builder: matmul " + w.name + " expects width " + std::to_string(w.n_in) +
-                    ", got " + std::to_string(g_[x].shape[0]));
+                    ", got " + std::to_string(at(x).shape[0]));
     return node("matmul_" + w.name, op::MatMul{}, {x}, {w.n_out, nt(x), 1, 1}, meta::MatMul{w, bias});
 }
 
 NodeId GraphBuilder::rope(NodeId x, NodeId pos, RopeStyle style, const meta::Rope& m) {
-    return node("rope", op::Rope{style}, {x, pos}, g_[x].shape, m);
+    return node("rope", op::Rope{style}, {x, pos}, at(x).shape, m);
 }
 
 NodeId GraphBuilder::silu(NodeId x) {
-    return node("silu", op::Silu{}, {x}, g_[x].shape);
+    return node("silu", op::Silu{}, {x}, at(x).shape);
 }
 NodeId GraphBuilder::mul(NodeId a, NodeId b) {
-    return node("mul", op::Mul{}, {a, b}, g_[a].shape);
+    return node("mul", op::Mul{}, {a, b}, at(a).shape);
 }
 NodeId GraphBuilder::add(NodeId a, NodeId b) {
-    return node("add", op::Add{}, {a, b}, g_[a].shape);
+    return node("add", op::Add{}, {a, b}, at(a).shape);
 }
 NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
-    return node("swiglu", op::SwiGLU{}, {gate, up}, g_[gate].shape);
+    return node("swiglu", op::SwiGLU{}, {gate, up}, at(gate).shape);
 }
 
 namespace {
@@ -99,7 +105,7 @@ NodeId GraphBuilder::fused_qkv_norm(int layer, NodeId x, NodeId pos, const meta:
 NodeId GraphBuilder::qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, NodeId pos,
                                          const meta::FusedQkv& m) {
     return node("qkv_bias_rope_store." + std::to_string(layer), op::QkvBiasRopeStore{layer}, {q, k, v, pos},
-                g_[q].shape, m);
+                at(q).shape, m);
 }
 
 NodeId GraphBuilder::fused_ffn(NodeId x, const meta::FusedFfn& m) {

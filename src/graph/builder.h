@@ -48,7 +48,9 @@ class GraphBuilder {
   private:
     NodeId node(std::string name, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta = meta::None{},
                 DType dtype = DType::F32);
-    int64_t nt(NodeId x) const { return g_[x].shape[1]; }
+    // Node x, read for its shape before node() checks the edges: an unknown id is an Error here too.
+    const CNode& at(NodeId x) const;
+    int64_t nt(NodeId x) const { return at(x).shape[1]; }
     ComputeGraph g_;
 };
 

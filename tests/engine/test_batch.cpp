@@ -140,8 +140,8 @@ std::vector<std::vector<int32_t>> golden_prompts(const std::string& ref) {
     std::vector<std::vector<int32_t>> out;
     if (!std::filesystem::exists(ref)) return out;
     std::ifstream f(ref);
-    for (const auto& p : nlohmann::json::parse(f)["prompts"])
-        out.push_back(p["ids"].get<std::vector<int32_t>>());
+    const nlohmann::json j = nlohmann::json::parse(f);  // kept: the loop below reads inside it
+    for (const auto& p : j["prompts"]) out.push_back(p["ids"].get<std::vector<int32_t>>());
     return out;
 }
 
