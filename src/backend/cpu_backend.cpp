@@ -7,7 +7,6 @@
 #include "backend/cpu/ops.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
-#include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
 
@@ -33,17 +32,10 @@ void for_each_weight(const NodeMeta& meta, auto&& f) {
                meta);
 }
 
-// MINFER_EXACT_DECODE=1: f32 decode dots; MINFER_INT8_DECODE=1: plain int8; otherwise int8x2.
-cpu::DecodeDot decode_dot_from_env() {
-    if (env_flag("MINFER_EXACT_DECODE")) return cpu::DecodeDot::F32;
-    if (env_flag("MINFER_INT8_DECODE")) return cpu::DecodeDot::Int8;
-    return cpu::DecodeDot::Int8x2;
-}
-
 }  // namespace
 
-CpuBackend::CpuBackend(const GgufFile& weights, int n_threads, bool invariant)
-    : file_(weights), pool_(std::max(1, n_threads)), decode_(decode_dot_from_env()), invariant_(invariant) {}
+CpuBackend::CpuBackend(const GgufFile& weights, int n_threads, const CpuOptions& o)
+    : file_(weights), pool_(std::max(1, n_threads)), decode_(o.decode), invariant_(o.invariant) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;

@@ -17,11 +17,17 @@ namespace minfer {
 
 class GgufFile;
 
+// How the CPU backend computes, chosen by its owner (the backend reads no environment).
+struct CpuOptions {
+    cpu::DecodeDot decode = cpu::DecodeDot::Int8x2;  // the integer dots of quantized products
+    // Every matmul column gets the arithmetic of a one-column product, whatever the batch (cpu::matmul's
+    // invariant mode), so a sequence's results do not depend on what shares its forwards.
+    bool invariant = false;
+};
+
 class CpuBackend final : public Backend {
   public:
-    // invariant: every matmul column gets the arithmetic of a one-column product, whatever the batch
-    // (cpu::matmul's invariant mode), so a sequence's results do not depend on what shares its forwards.
-    CpuBackend(const GgufFile& weights, int n_threads, bool invariant = false);
+    CpuBackend(const GgufFile& weights, int n_threads, const CpuOptions& o = {});
     BackendKind kind() const override { return BackendKind::Cpu; }
     bool supports(const CNode& n) const override;
     void prepare(const ComputeGraph& g) override;
@@ -54,7 +60,7 @@ class CpuBackend final : public Backend {
     std::vector<float> scratch_;                                     // per-thread attention scores
     std::vector<float> kv_scratch_;     // per-thread K/V rows of one head as f32 (f16 / q8_0 caches)
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
-    cpu::DecodeDot decode_;             // decode matmul dots (MINFER_EXACT_DECODE / MINFER_INT8_DECODE)
+    cpu::DecodeDot decode_;
     bool invariant_;
 };
 

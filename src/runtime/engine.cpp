@@ -12,6 +12,7 @@
 #endif
 #include "runtime/observe.h"
 #include "sched/passes.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace minfer {
@@ -94,6 +95,12 @@ int64_t bucket(int64_t n) {
 
 }  // namespace
 
+cpu::DecodeDot decode_dot_from_env() {
+    if (env_flag("MINFER_EXACT_DECODE")) return cpu::DecodeDot::F32;
+    if (env_flag("MINFER_INT8_DECODE")) return cpu::DecodeDot::Int8;
+    return cpu::DecodeDot::Int8x2;
+}
+
 // The inputs of one forward, padded to the bucket by repeating the last real token (which then stores
 // the same K/V into the same slot and computes the same row: padding never changes a real row).
 struct Engine::Plan {
@@ -107,7 +114,7 @@ Engine::Engine(const Model& m, const EngineParams& p)
       cparams_(engine_cparams(m, p)),
       n_ubatch_(p.n_ubatch),
       prefix_cache_(p.prefix_cache && p.device == BackendKind::Cpu),
-      cpu_(*m.file, default_threads(p.n_threads), p.batch_invariant),
+      cpu_(*m.file, default_threads(p.n_threads), CpuOptions{p.decode, p.batch_invariant}),
       gpu_(make_gpu_backend(m, p.device)),
       pool_(int32_t(cparams_.max_blocks()), int32_t(cparams_.block())),
       seqs_(size_t(p.max_seqs)),

@@ -28,6 +28,8 @@ constexpr int64_t kDefaultUbatch = 512;
 // of two of at least 16).
 constexpr int64_t kDefaultKvBlock = 32;
 
+cpu::DecodeDot decode_dot_from_env();
+
 struct EngineParams {
     int64_t n_ctx = 0;                      // KV token slots shared by all sequences; 0: the model's, <= 4096
     int64_t kv_mem = 0;                     // bytes for the KV cache (--kv-mem): sets n_ctx when > 0
@@ -41,6 +43,9 @@ struct EngineParams {
     // Per-column matmul arithmetic independent of the batch (--deterministic): off by default, since it
     // costs more than 10% of throughput at large batches and in prefill (README, Batch invariance).
     bool batch_invariant = false;
+    // The CPU's integer dots, read from the environment when the params are made (MINFER_EXACT_DECODE=1:
+    // f32, MINFER_INT8_DECODE=1: plain int8, otherwise int8x2).
+    cpu::DecodeDot decode = decode_dot_from_env();
 };
 
 using SeqId = int32_t;

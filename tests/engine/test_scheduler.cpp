@@ -269,6 +269,27 @@ TEST(EngineCache, ForkSharesBlocksAndDivergesCopyOnWrite) {
     EXPECT_EQ(0, std::memcmp(l.data() + nv, wb.data() + 40 * nv, nv * sizeof(float)));
 }
 
+// The CPU's decode arithmetic comes from the environment when the params are made, and reaches the
+// logits: plain int8 dots are not int8x2's.
+TEST(EngineParamsTest, DecodeModeIsReadWhenTheParamsAreMade) {
+    Fixture f;
+    setenv("MINFER_INT8_DECODE", "1", 1);
+    EngineParams int8 = params(1, 128);
+    unsetenv("MINFER_INT8_DECODE");
+    const EngineParams x2 = params(1, 128);
+    EXPECT_EQ(int8.decode, cpu::DecodeDot::Int8);
+    EXPECT_EQ(x2.decode, cpu::DecodeDot::Int8x2);
+    const std::vector<int32_t> ids{785, 1140, 943};
+    std::vector<std::vector<float>> out;
+    for (const EngineParams& p : {int8, x2}) {
+        Engine e(*f.model, p);
+        const Engine::Chunk c{e.open(), ids, 1};
+        const auto l = e.forward({&c, 1});
+        out.emplace_back(l.begin(), l.end());
+    }
+    EXPECT_NE(out[0], out[1]);
+}
+
 TEST(EngineCache, ClearErrorsNeverCorruption) {
     Fixture f;
     Engine e(*f.model, params(2, 64));
