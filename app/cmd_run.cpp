@@ -53,6 +53,10 @@ std::vector<int32_t> encode_prompt(const RunOptions& o, const std::string& text,
     return ChatPrompt(f, tok).encode(messages, true);
 }
 
+SessionParams session_params(const RunOptions& o) {
+    return {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type, o.kv_mem};
+}
+
 // The non-empty lines of the -f file.
 std::vector<std::string> read_prompts(const std::string& path) {
     std::ifstream in(path);
@@ -72,15 +76,8 @@ void run_parallel(const RunOptions& o) {
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const std::vector<std::string> texts = read_prompts(o.file);
-    EngineParams ep;
-    ep.n_ctx = o.n_ctx;
-    ep.n_threads = o.threads;
-    ep.device = o.device;
-    ep.n_ubatch = o.n_ubatch;
+    EngineParams ep = engine_params(*model, session_params(o));
     ep.max_seqs = o.parallel;
-    ep.batch_invariant = o.deterministic;
-    ep.kv_type = o.kv_type;
-    ep.kv_mem = o.kv_mem;
     Engine engine(*model, ep);
     Scheduler sched(engine, *tok);
     std::vector<std::vector<int32_t>> prompts;
@@ -111,7 +108,7 @@ void run(const RunOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
-    Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type, o.kv_mem});
+    Session session(*model, session_params(o));
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.prompt.empty() == o.prompt_ids.empty())

@@ -6,7 +6,6 @@
 
 namespace minfer {
 
-namespace {
 EngineParams engine_params(const Model& m, const SessionParams& p) {
     EngineParams e;
     e.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
@@ -18,7 +17,6 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.kv_mem = p.kv_mem;
     return e;
 }
-}  // namespace
 
 Session::Session(const Model& m, const SessionParams& p)
     : engine_(m, engine_params(m, p)),

@@ -21,6 +21,9 @@ struct SessionParams {
     int64_t kv_mem = 0;                     // --kv-mem: the context is what this many bytes hold
 };
 
+// The engine a Session runs on: these settings, one sequence (callers may raise max_seqs).
+EngineParams engine_params(const Model& m, const SessionParams& p);
+
 class Session {
   public:
     Session(const Model& m, const SessionParams& p);
