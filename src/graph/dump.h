@@ -1,5 +1,5 @@
 // Observability: the graph as Graphviz DOT (nodes coloured by backend, inputs/outputs as double
-// circles, payloads printed) and as JSON (nodes, edges, shapes, GraphParams) for viz/.
+// circles, payloads printed) and as JSON (nodes, edges, shapes, GraphParams) for tools that draw it.
 #pragma once
 #include <ostream>
 

@@ -1,5 +1,6 @@
-// Graph passes run once per newly built graph, between the builder and the allocator:
-// backend assignment (every node gets a backend) and the SwiGLU fusion rewrite.
+// Graph passes run once per newly built graph, between the builder and the allocator: backend
+// assignment (every node gets a backend), the SwiGLU and matmul+residual fusion rewrites, and the
+// liveness query the allocator and the executor share.
 #pragma once
 #include <functional>
 
