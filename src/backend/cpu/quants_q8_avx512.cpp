@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "backend/cpu/quants.h"
+#include "backend/cpu/quants_cols.h"
 #include "backend/cpu/quants_impl.h"
 #include "backend/cpu/simd_avx2.h"
 
@@ -101,30 +102,6 @@ inline __m512i x2_sum(__m512i q, __m512i xh, __m512i xl) {
 // wide copy.
 inline __m512i x2_sum(__m512i q, const X2Wide& x, int64_t p) {
     return x2_sum(q, _mm512_loadu_si512(x.pairs + 128 * p), _mm512_loadu_si512(x.pairs + 128 * p + 64));
-}
-
-// Activation rows of the columns one call dots: row c at xq + c * stride.
-struct Cols {
-    const char* xq;
-    size_t stride;
-    const void* operator[](int c) const { return xq + size_t(c) * stride; }
-};
-
-// kernel(std::integral_constant<int, NC>) for NC = ncols (1..kX2MaxCols): every column count gets its own
-// unrolled kernel, with its accumulators in registers.
-template <class F>
-inline void by_cols(int ncols, F&& kernel) {
-    static_assert(kX2MaxCols == 4);
-    switch (ncols) {
-        case 1:
-            return kernel(std::integral_constant<int, 1>{});
-        case 2:
-            return kernel(std::integral_constant<int, 2>{});
-        case 3:
-            return kernel(std::integral_constant<int, 3>{});
-        default:
-            return kernel(std::integral_constant<int, 4>{});
-    }
 }
 
 // The weight side of a block pair, decoded once for every column: levels (signed ones as |q| with the
@@ -347,21 +324,6 @@ struct Q6KKernel {
         q6_k_dot_x2<NC>(static_cast<const BlockQ6K*>(w), xs, n, out);
     }
 };
-
-// vec_dot_x2 is the one-column instance of the vec_dot_x2_cols kernel, so the two give the same bits.
-template <class K>
-float dot_one(const void* w, const void* xq, int64_t n) {
-    float out;
-    K::template run<1>(w, Cols{static_cast<const char*>(xq), 0}, n, &out);
-    return out;
-}
-
-template <class K>
-void dot_cols(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
-    by_cols(ncols, [&](auto nc) {
-        K::template run<nc()>(w, Cols{static_cast<const char*>(xq), stride}, n, out);
-    });
-}
 
 }  // namespace
 
