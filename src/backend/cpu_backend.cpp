@@ -122,19 +122,6 @@ void kv_store_rows(KvCache::Region& r, int64_t nt, const auto& slot, const float
     }
 }
 
-// The QKV fusions' stores (GPU graphs, the unpaged single-sequence layout): slot = position.
-void kv_store_unpaged(KvCache::Region& r, int layer, const meta::Kv& kv, const int32_t* pos, int64_t nt,
-                      const float* k, const float* v) {
-    if (kv.paging.max_blocks != 1)
-        throw Error("layer " + std::to_string(layer) + ": fused QKV stores need the unpaged KV layout");
-    for (int64_t t = 0; t < nt; ++t)
-        if (pos[t] < 0 || pos[t] >= r.n_ctx)
-            throw Error("layer " + std::to_string(layer) + ": position " + std::to_string(pos[t]) +
-                        " is outside the context of " + std::to_string(r.n_ctx) + " tokens");
-    kv_store_rows(
-        r, nt, [&](int64_t t) { return int64_t(pos[t]); }, k, v);
-}
-
 // log2 of the block size: blocks are powers of two, or the one block of the unpaged layout, whose rows
 // KvRows then addresses as block 0 of the next power of two.
 int block_shift(const meta::Paging& pg) {
@@ -172,6 +159,15 @@ KvIndexData kv_index(const CNode& n, const NodeBuffers& bufs, const meta::Paging
     const KvIndexData d{ids_of(bufs, n.src[2]), paged ? ids_of(bufs, n.src[3]) : nullptr,
                         paged ? ids_of(bufs, n.src[4]) : nullptr, pg, block_shift(pg)};
     d.check(n.name, n_slots, nt);
+    return d;
+}
+
+// The QKV fusions' stores carry positions only (GPU graphs): they need the unpaged layout.
+KvIndexData unpaged_index(const std::string& node, const int32_t* pos, const meta::Kv& kv, int64_t n_slots,
+                          int64_t nt) {
+    if (kv.paging.max_blocks != 1) throw Error(node + ": fused QKV stores need the unpaged KV layout");
+    const KvIndexData d{pos, nullptr, nullptr, kv.paging, block_shift(kv.paging)};
+    d.check(node, n_slots, nt);
     return d;
 }
 
@@ -258,7 +254,10 @@ void CpuBackend::qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t*
         cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
         cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
     }
-    kv_store_unpaged(bufs.kv().layer(layer), layer, m.kv, pos, nt, k, v);
+    KvCache::Region& r = bufs.kv().layer(layer);
+    const KvIndexData at = unpaged_index("layer " + std::to_string(layer), pos, m.kv, r.n_ctx, nt);
+    kv_store_rows(
+        r, nt, [&](int64_t t) { return at.physical(t); }, k, v);
 }
 
 void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
