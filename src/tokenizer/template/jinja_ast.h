@@ -45,6 +45,7 @@ struct Expr {
     FilterFn filter = nullptr;     // Filter: resolved by the parser
     TestFn test = nullptr;         // Test: resolved by the parser
     bool tuple = false;            // List: written as a tuple
+    int depth = 1;                 // levels of this tree, at most kMaxNesting (checked by the parser)
 };
 
 enum class NodeKind {

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "tokenizer/template/jinja_builtins.h"
+#include "tokenizer/template/jinja_limits.h"
 #include "tokenizer/template/jinja_ops.h"
 
 namespace minfer::jinja {
@@ -29,6 +30,7 @@ class Evaluator {
     Value call_macro(const Node& n, const Args& args);
 
     Value eval(const Expr& e);
+    Value eval_node(const Expr& e);
     Value eval_dict(const Expr& e);
     Value eval_compare(const Expr& e);
     Value eval_slice(const Expr& e);
@@ -40,10 +42,31 @@ class Evaluator {
     Value lookup(const std::string& name) const;
     void assign(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }
     void bind_targets(const std::vector<std::string>& names, const Value& v);
+    void emit(std::string& out, const std::string& text);
+    void count_iteration();
+
+    // Counts the evaluator's recursion (expressions, blocks, macro calls) while in scope.
+    class Nest {
+      public:
+        explicit Nest(Evaluator& ev) : ev_(ev) {
+            if (++ev_.depth_ > kMaxEvalDepth)
+                throw EvalError("evaluation nested more than " + std::to_string(kMaxEvalDepth) +
+                                " levels deep (expressions, blocks and macro calls)");
+        }
+        ~Nest() { --ev_.depth_; }
+        Nest(const Nest&) = delete;
+        Nest& operator=(const Nest&) = delete;
+
+      private:
+        Evaluator& ev_;
+    };
 
     std::vector<Frame> scopes_;
     int line_ = 0;
     int macro_depth_ = 0;
+    int depth_ = 0;
+    size_t output_bytes_ = 0;
+    int64_t loop_iterations_ = 0;
 };
 
 Value make_loop(const List& items, size_t i) {
@@ -86,6 +109,7 @@ std::string Evaluator::run(const Body& body) {
 }
 
 Evaluator::Flow Evaluator::exec(const Body& body, std::string& out) {
+    const Nest nest(*this);
     for (const NodePtr& n : body) {
         const Flow f = exec_node(*n, out);
         if (f != Flow::Normal) return f;
@@ -97,10 +121,10 @@ Evaluator::Flow Evaluator::exec_node(const Node& n, std::string& out) {
     line_ = n.line;
     switch (n.kind) {
         case NodeKind::Text:
-            out += n.text;
+            emit(out, n.text);
             break;
         case NodeKind::Output:
-            out += eval(*n.exprs[0]).str();
+            emit(out, eval(*n.exprs[0]).str());
             break;
         case NodeKind::If:
             return exec_if(n, out);
@@ -140,6 +164,7 @@ List Evaluator::filtered_items(const Node& n, List items) {
     if (!n.exprs[1]) return items;
     List kept;
     for (const Value& item : items) {
+        count_iteration();
         scopes_.emplace_back();
         bind_targets(n.names, item);
         if (eval(*n.exprs[1]).truthy()) kept.push_back(item);
@@ -157,6 +182,7 @@ void Evaluator::exec_for(const Node& n, std::string& out) {
         return;
     }
     for (size_t i = 0; i < items.size(); ++i) {
+        count_iteration();
         scopes_.emplace_back();
         bind_targets(n.names, items[i]);
         assign("loop", make_loop(items, i));
@@ -164,6 +190,22 @@ void Evaluator::exec_for(const Node& n, std::string& out) {
         scopes_.pop_back();
         if (f == Flow::Break) break;
     }
+}
+
+// Appends rendered text, within kMaxOutputBytes over the whole rendering (macro bodies and
+// {% set %} blocks included).
+void Evaluator::emit(std::string& out, const std::string& text) {
+    output_bytes_ += text.size();
+    if (output_bytes_ > kMaxOutputBytes)
+        throw EvalError("template output exceeds " + std::to_string(kMaxOutputBytes >> 20) +
+                        " MiB, the template limit");
+    out += text;
+}
+
+void Evaluator::count_iteration() {
+    if (++loop_iterations_ > kMaxLoopIterations)
+        throw EvalError("for loops ran more than " + std::to_string(kMaxLoopIterations) +
+                        " iterations, the template limit");
 }
 
 void Evaluator::bind_targets(const std::vector<std::string>& names, const Value& v) {
@@ -189,6 +231,9 @@ void Evaluator::exec_set(const Node& n) {
     if (!target.is_dict() || !target.as_dict().is_namespace)
         throw EvalError("cannot assign attribute '" + n.attr + "' on '" + n.names[0] +
                         "', which is not a namespace");
+    if (v.holds_namespace())
+        throw EvalError("cannot assign a namespace (or a list or dict holding one) to '" + n.names[0] + "." +
+                        n.attr + "'");
     target.as_dict().set(n.attr, std::move(v));
 }
 
@@ -234,6 +279,11 @@ Value Evaluator::lookup(const std::string& name) const {
 }
 
 Value Evaluator::eval(const Expr& e) {
+    const Nest nest(*this);
+    return eval_node(e);
+}
+
+Value Evaluator::eval_node(const Expr& e) {
     line_ = e.line;
     switch (e.kind) {
         case ExprKind::Literal:

@@ -126,6 +126,7 @@ Value f_join(const Value& v, const Args& a) {
     for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += sep;
         out += (attribute.is_none() ? items[i] : get_path(items[i], attribute.str())).str();
+        check_string_size(out.size(), "the join filter");
     }
     return Value(std::move(out));
 }
@@ -273,10 +274,10 @@ Value f_sort(const Value& v, const Args& a) {
 Value f_indent(const Value& v, const Args& a) {
     a.expect("indent", 3, {"width", "first", "blank"});
     const Value width = a.get(0, "width", Value(4));
+    const int64_t spaces = width.is_string() ? 0 : std::max<int64_t>(0, width.as_int("indent width"));
+    check_string_size(static_cast<uint64_t>(spaces), "the indent filter");
     const std::string pad =
-        width.is_string()
-            ? width.as_string()
-            : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int("indent width"))), ' ');
+        width.is_string() ? width.as_string() : std::string(static_cast<size_t>(spaces), ' ');
     const bool first = a.get(1, "first", false).truthy();
     const bool blank = a.get(2, "blank", false).truthy();
     const std::string s = v.str();
@@ -288,6 +289,7 @@ Value f_indent(const Value& v, const Args& a) {
         if (line > 0) out += '\n';
         if ((line > 0 || first) && (blank || !text.empty())) out += pad;
         out += text;
+        check_string_size(out.size(), "the indent filter");
         if (nl == std::string::npos) break;
         pos = nl + 1;
     }

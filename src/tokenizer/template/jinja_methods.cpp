@@ -108,6 +108,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
         for (size_t i = 0; i < b.size(); ++i) {
             if (count < 0 || static_cast<int64_t>(i) < count) out += to;
             if (i + 1 < b.size()) out.append(s, b[i], b[i + 1] - b[i]);
+            check_string_size(out.size(), "replace");
         }
         return out;
     }
@@ -117,6 +118,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
         if (hit == std::string::npos) break;
         out.append(s, pos, hit - pos);
         out += to;
+        check_string_size(out.size(), "replace");
         pos = hit + from.size();
     }
     return out + s.substr(pos);
@@ -165,6 +167,7 @@ List split_whitespace(const std::string& s, int64_t maxsplit) {
         const size_t start = i;
         while (i < n && !is_py_space(cp.cps[i])) ++i;
         out.emplace_back(s.substr(cp.offsets[start], cp.offsets[i] - cp.offsets[start]));
+        check_list_size(out.size(), "split()");
     }
 }
 
@@ -180,8 +183,10 @@ Value str_split(const Value& self, const Args& a) {
     size_t pos = 0;
     for (size_t hit; (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) &&
                      (hit = s.find(d, pos)) != std::string::npos;
-         pos = hit + d.size())
+         pos = hit + d.size()) {
         out.emplace_back(s.substr(pos, hit - pos));
+        check_list_size(out.size(), "split()");
+    }
     out.emplace_back(s.substr(pos));
     return Value(std::move(out));
 }
@@ -221,6 +226,7 @@ Value str_join(const Value& self, const Args& a) {
     for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += self.as_string();
         out += items[i].as_string("join() item");
+        check_string_size(out.size(), "join()");
     }
     return Value(std::move(out));
 }

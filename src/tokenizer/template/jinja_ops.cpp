@@ -1,5 +1,6 @@
 #include "tokenizer/template/jinja_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tokenizer/template/jinja_builtins.h"
@@ -26,15 +27,39 @@ void check_overflow(bool overflow) {
     if (overflow) throw EvalError("integer overflow");
 }
 
+// Python's seq * count; the size is checked before anything is allocated.
 Value repeat(const Value& seq, int64_t count) {
+    const size_t n = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+    const auto times = static_cast<size_t>(std::max<int64_t>(count, 0));
+    const size_t limit = seq.is_string() ? kMaxStringBytes : kMaxListItems;
+    if (n != 0 && times > limit / n) {
+        const std::string what = "'*' repetition (" + std::to_string(n) + " x " + std::to_string(count) + ")";
+        if (seq.is_string())
+            check_string_size(limit + 1, what);
+        else
+            check_list_size(limit + 1, what);
+    }
     if (seq.is_string()) {
         std::string out;
-        for (int64_t i = 0; i < count; ++i) out += seq.as_string();
+        out.reserve(n * times);
+        for (size_t i = 0; i < times; ++i) out += seq.as_string();
         return Value(std::move(out));
     }
     List out;
-    for (int64_t i = 0; i < count; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
+    out.reserve(n * times);
+    for (size_t i = 0; i < times; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
     return Value(std::move(out), seq.seq_kind());
+}
+
+// x ** y by squaring: O(log y) steps, so 1 ** 10000000000 is instant.
+Value int_pow(int64_t x, int64_t y) {
+    if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+    int64_t r = 1;
+    for (int64_t base = x;; y >>= 1) {
+        if (y & 1) check_overflow(__builtin_mul_overflow(r, base, &r));
+        if (y <= 1) return Value(r);
+        check_overflow(__builtin_mul_overflow(base, base, &base));
+    }
 }
 
 Value int_arith(const std::string& op, int64_t x, int64_t y) {
@@ -43,12 +68,7 @@ Value int_arith(const std::string& op, int64_t x, int64_t y) {
     if (op == "-") check_overflow(__builtin_sub_overflow(x, y, &r));
     if (op == "*") check_overflow(__builtin_mul_overflow(x, y, &r));
     if (op == "+" || op == "-" || op == "*") return Value(r);
-    if (op == "**") {
-        if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        r = 1;
-        for (int64_t i = 0; i < y; ++i) check_overflow(__builtin_mul_overflow(r, x, &r));
-        return Value(r);
-    }
+    if (op == "**") return int_pow(x, y);
     if (y == 0) throw EvalError("integer division or modulo by zero");
     if (op == "/") return Value(static_cast<double>(x) / static_cast<double>(y));
     if (x == INT64_MIN && y == -1) throw EvalError("integer overflow");
@@ -82,10 +102,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         if (is_integral(a) && is_integral(b)) return int_arith(op, a.as_int(), b.as_int());
         return float_arith(op, a.as_number(), b.as_number());
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (op == "+" && a.is_string() && b.is_string()) {
+        check_string_size(a.as_string().size() + b.as_string().size(), "'+' concatenation");
+        return Value(a.as_string() + b.as_string());
+    }
     const bool a_seq = a.is_plain_sequence();
     const bool b_seq = b.is_plain_sequence();
     if (op == "+" && a_seq && b_seq && a.is_tuple() == b.is_tuple()) {
+        check_list_size(a.as_list().size() + b.as_list().size(), "'+' concatenation");
         List out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
         return Value(std::move(out), a.seq_kind());
@@ -164,7 +188,12 @@ Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<in
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value(a.str() + b.str());
+    if (op == "~") {
+        const std::string x = a.str();
+        const std::string y = b.str();
+        check_string_size(x.size() + y.size(), "'~' concatenation");
+        return Value(x + y);
+    }
     if (op == "==") return Value(equals(a, b));
     if (op == "!=") return Value(!equals(a, b));
     if (op == "<") return Value(less_than(a, b));
@@ -213,6 +242,7 @@ List iterate(const Value& v) {
     }
     if (v.is_string()) {
         const std::string& s = v.as_string();
+        check_list_size(utf8_length(s), "iterating over a string");
         const std::vector<size_t> cps = utf8_boundaries(s);
         List chars;
         for (size_t i = 0; i + 1 < cps.size(); ++i) chars.emplace_back(s.substr(cps[i], cps[i + 1] - cps[i]));

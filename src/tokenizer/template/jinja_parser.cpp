@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "tokenizer/template/jinja_lexer.h"
+#include "tokenizer/template/jinja_limits.h"
 
 namespace minfer::jinja {
 
@@ -18,10 +19,66 @@ ExprPtr make_expr(ExprKind kind, int line, std::string name = {}) {
     return e;
 }
 
+// How an error about nesting names the construct.
+std::string construct_name(const Expr& e) {
+    switch (e.kind) {
+        case ExprKind::List:
+            return e.tuple ? "tuple" : "list";
+        case ExprKind::Dict:
+            return "dict";
+        case ExprKind::Attr:
+            return "attribute '." + e.name + "'";
+        case ExprKind::Item:
+            return "subscript '[...]'";
+        case ExprKind::Slice:
+            return "slice";
+        case ExprKind::Call:
+            return "call";
+        case ExprKind::Filter:
+            return "filter '|" + e.name + "'";
+        case ExprKind::Test:
+            return "test 'is " + e.name + "'";
+        case ExprKind::Unary:
+        case ExprKind::Binary:
+            return "operator '" + e.name + "'";
+        case ExprKind::Compare:
+            return "comparison";
+        case ExprKind::And:
+            return "'and'";
+        case ExprKind::Or:
+            return "'or'";
+        case ExprKind::Not:
+            return "'not'";
+        case ExprKind::Cond:
+            return "inline if";
+        default:
+            return "expression";
+    }
+}
+
+// Adds `child` (null for an omitted part) to `parent`, keeping the tree within kMaxNesting levels so
+// that evaluating and freeing it cannot overflow the stack (a chain such as x[0][0]... or
+// x|upper|upper... is built by a loop, not by recursion).
+void add_arg(Expr& parent, ExprPtr child) {
+    if (child && child->depth >= parent.depth) {
+        parent.depth = child->depth + 1;
+        if (parent.depth > kMaxNesting)
+            throw Error("chat template line " + std::to_string(parent.line) + ": " + construct_name(parent) +
+                        " nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+    parent.args.push_back(std::move(child));
+}
+
+void add_kwarg(Expr& parent, std::string name, ExprPtr value) {
+    add_arg(parent, std::move(value));
+    parent.kwargs.emplace_back(std::move(name), std::move(parent.args.back()));
+    parent.args.pop_back();
+}
+
 ExprPtr make_binary(ExprKind kind, std::string op, ExprPtr lhs, ExprPtr rhs) {
     auto e = make_expr(kind, lhs->line, std::move(op));
-    e->args.push_back(std::move(lhs));
-    e->args.push_back(std::move(rhs));
+    add_arg(*e, std::move(lhs));
+    add_arg(*e, std::move(rhs));
     return e;
 }
 
@@ -81,9 +138,28 @@ class Parser {
     ExprPtr parse_subscript(ExprPtr e);
     void parse_call_args(Expr& call);
 
+    // Counts one level of the parser's recursion in `counter` (blocks, or parentheses, brackets,
+    // 'not' and unary signs within an expression) while in scope.
+    class Nest {
+      public:
+        Nest(Parser& p, int& counter, std::string_view what) : counter_(counter) {
+            if (++counter_ > kMaxNesting)
+                p.fail(p.peek(), std::string(what) + " nested more than " + std::to_string(kMaxNesting) +
+                                     " levels deep");
+        }
+        ~Nest() { --counter_; }
+        Nest(const Nest&) = delete;
+        Nest& operator=(const Nest&) = delete;
+
+      private:
+        int& counter_;
+    };
+
     std::vector<Token> toks_;
     size_t pos_ = 0;
     int loop_depth_ = 0;
+    int block_nesting_ = 0;
+    int expr_nesting_ = 0;
 };
 
 std::string describe(const Token& t) {
@@ -147,6 +223,7 @@ Body Parser::parse_all() {
 // stored in `found`) or, when `stops` is empty, until the end of the template.
 Body Parser::parse_body(std::initializer_list<std::string_view> stops, std::string& found,
                         std::string_view opener, int open_line) {
+    const Nest nest(*this, block_nesting_, "'{% " + std::string(opener) + " %}' block");
     Body body;
     for (;;) {
         const Token& t = peek();
@@ -305,13 +382,14 @@ void Parser::parse_generation(Body& out, int line) {
 }
 
 ExprPtr Parser::parse_expression() {
+    const Nest nest(*this, expr_nesting_, "expression (parentheses, brackets, braces or call arguments)");
     ExprPtr e = parse_or();
     while (is_name("if")) {
         const int line = next().line;
         auto cond = make_expr(ExprKind::Cond, line);
-        cond->args.push_back(std::move(e));
-        cond->args.push_back(parse_or());
-        cond->args.push_back(accept_name("else") ? parse_expression() : nullptr);
+        add_arg(*cond, std::move(e));
+        add_arg(*cond, parse_or());
+        add_arg(*cond, accept_name("else") ? parse_expression() : nullptr);
         e = std::move(cond);
     }
     return e;
@@ -331,8 +409,9 @@ ExprPtr Parser::parse_and() {
 
 ExprPtr Parser::parse_not() {
     if (!is_name("not")) return parse_compare();
+    const Nest nest(*this, expr_nesting_, "'not'");
     auto e = make_expr(ExprKind::Not, next().line);
-    e->args.push_back(parse_not());
+    add_arg(*e, parse_not());
     return e;
 }
 
@@ -357,10 +436,10 @@ ExprPtr Parser::parse_compare() {
         }
         if (!cmp) {
             cmp = make_expr(ExprKind::Compare, e->line);
-            cmp->args.push_back(std::move(e));
+            add_arg(*cmp, std::move(e));
         }
         cmp->ops.push_back(op);
-        cmp->args.push_back(parse_math1());
+        add_arg(*cmp, parse_math1());
     }
 }
 
@@ -397,9 +476,10 @@ ExprPtr Parser::parse_pow() {
 ExprPtr Parser::parse_unary(bool with_filters) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+        const Nest nest(*this, expr_nesting_, "unary '" + peek().text + "'");
         const Token& t = next();
         e = make_expr(ExprKind::Unary, t.line, t.text);
-        e->args.push_back(parse_unary(false));
+        add_arg(*e, parse_unary(false));
     } else {
         e = parse_postfix(parse_primary());
     }
@@ -448,7 +528,7 @@ ExprPtr Parser::parse_primary() {
 ExprPtr Parser::parse_sequence(ExprPtr first, int line, std::string_view close) {
     auto seq = make_expr(ExprKind::List, line);
     seq->tuple = close != "]";
-    if (first) seq->args.push_back(std::move(first));
+    if (first) add_arg(*seq, std::move(first));
     for (;;) {
         if (!close.empty() && accept_op(close)) return seq;
         if (!seq->args.empty()) {
@@ -460,7 +540,7 @@ ExprPtr Parser::parse_sequence(ExprPtr first, int line, std::string_view close) 
             if (close.empty() && (peek().kind == TokKind::BlockEnd || peek().kind == TokKind::VarEnd))
                 return seq;
         }
-        seq->args.push_back(parse_expression());
+        add_arg(*seq, parse_expression());
     }
 }
 
@@ -471,9 +551,9 @@ ExprPtr Parser::parse_dict(int line) {
             expect_op(",");
             if (accept_op("}")) break;
         }
-        d->args.push_back(parse_expression());
+        add_arg(*d, parse_expression());
         expect_op(":");
-        d->args.push_back(parse_expression());
+        add_arg(*d, parse_expression());
     }
     return d;
 }
@@ -484,12 +564,12 @@ ExprPtr Parser::parse_postfix(ExprPtr e) {
             const Token& t = next();
             if (t.kind == TokKind::Name) {
                 auto attr = make_expr(ExprKind::Attr, t.line, t.text);
-                attr->args.push_back(std::move(e));
+                add_arg(*attr, std::move(e));
                 e = std::move(attr);
             } else if (t.kind == TokKind::Int) {
                 auto item = make_expr(ExprKind::Item, t.line);
-                item->args.push_back(std::move(e));
-                item->args.push_back(make_expr(ExprKind::Literal, t.line));
+                add_arg(*item, std::move(e));
+                add_arg(*item, make_expr(ExprKind::Literal, t.line));
                 item->args.back()->value = Value(t.int_value);
                 e = std::move(item);
             } else {
@@ -499,7 +579,7 @@ ExprPtr Parser::parse_postfix(ExprPtr e) {
             e = parse_subscript(std::move(e));
         } else if (is_op("(")) {
             auto call = make_expr(ExprKind::Call, next().line);
-            call->args.push_back(std::move(e));
+            add_arg(*call, std::move(e));
             parse_call_args(*call);
             e = std::move(call);
         } else {
@@ -516,7 +596,7 @@ ExprPtr Parser::parse_filters(ExprPtr e) {
             auto f = make_expr(ExprKind::Filter, line, expect_identifier("a filter name"));
             f->filter = find_filter(f->name);
             if (!f->filter) fail(name, "unknown filter '" + f->name + "'");
-            f->args.push_back(std::move(e));
+            add_arg(*f, std::move(e));
             if (accept_op("(")) parse_call_args(*f);
             e = std::move(f);
         } else if (is_name("is")) {
@@ -537,7 +617,7 @@ ExprPtr Parser::parse_test(ExprPtr e) {
     t->test = find_test(t->name);
     if (!t->test) fail(name, "unknown test '" + t->name + "'");
     t->negated = negated;
-    t->args.push_back(std::move(e));
+    add_arg(*t, std::move(e));
     if (accept_op("(")) {
         parse_call_args(*t);
         return t;
@@ -548,7 +628,7 @@ ExprPtr Parser::parse_test(ExprPtr e) {
                                                                a.text) == std::end(stop_words);
     if (name_arg || a.kind == TokKind::String || a.kind == TokKind::Int || a.kind == TokKind::Float ||
         is_op("[") || is_op("{"))
-        t->args.push_back(parse_postfix(parse_primary()));
+        add_arg(*t, parse_postfix(parse_primary()));
     return t;
 }
 
@@ -558,15 +638,15 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
     if (!accept_op(":")) {
         expect_op("]");
         auto item = make_expr(ExprKind::Item, line);
-        item->args.push_back(std::move(e));
-        item->args.push_back(std::move(start));
+        add_arg(*item, std::move(e));
+        add_arg(*item, std::move(start));
         return item;
     }
     auto slice = make_expr(ExprKind::Slice, line);
-    slice->args.push_back(std::move(e));
-    slice->args.push_back(std::move(start));
-    slice->args.push_back(is_op(":") || is_op("]") ? nullptr : parse_expression());
-    slice->args.push_back(accept_op(":") && !is_op("]") ? parse_expression() : nullptr);
+    add_arg(*slice, std::move(e));
+    add_arg(*slice, std::move(start));
+    add_arg(*slice, is_op(":") || is_op("]") ? nullptr : parse_expression());
+    add_arg(*slice, accept_op(":") && !is_op("]") ? parse_expression() : nullptr);
     expect_op("]");
     return slice;
 }
@@ -578,10 +658,10 @@ void Parser::parse_call_args(Expr& call) {
         if (peek().kind == TokKind::Name && is_op("=", 1)) {
             std::string name = next().text;
             ++pos_;
-            call.kwargs.emplace_back(std::move(name), parse_expression());
+            add_kwarg(call, std::move(name), parse_expression());
         } else {
             if (!call.kwargs.empty()) fail(peek(), "positional argument follows keyword argument");
-            call.args.push_back(parse_expression());
+            add_arg(call, parse_expression());
         }
         if (!is_op(")")) expect_op(",");
     }

@@ -7,7 +7,50 @@
 
 namespace minfer::jinja {
 
-Value::Value(List l, SeqKind kind) : v_(std::make_shared<const List>(std::move(l))), kind_(kind) {}
+void check_string_size(size_t bytes, const std::string& construct) {
+    if (bytes > kMaxStringBytes)
+        throw EvalError(construct + " makes a string of more than " + std::to_string(kMaxStringBytes >> 20) +
+                        " MiB, the template limit");
+}
+
+void check_list_size(size_t items, const std::string& construct) {
+    if (items > kMaxListItems)
+        throw EvalError(construct + " makes a list of more than " + std::to_string(kMaxListItems) +
+                        " items, the template limit");
+}
+
+Value::Value(std::string s) {
+    check_string_size(s.size(), "a string value");
+    v_ = std::make_shared<const std::string>(std::move(s));
+}
+
+Value::Value(List l, SeqKind kind) : kind_(kind) {
+    check_list_size(l.size(), "a list value");
+    depth_ = 1;
+    for (const Value& item : l) set_nesting(item);
+    v_ = std::make_shared<const List>(std::move(l));
+}
+
+Value::Value(std::shared_ptr<Dict> d) {
+    check_list_size(d->entries.size(), "a dict value");
+    depth_ = 1;
+    for (const auto& [k, v] : d->entries) set_nesting(v);
+    if (d->is_namespace && holds_namespace_)
+        throw EvalError("a namespace cannot hold another namespace (nor a list or dict holding one)");
+    holds_namespace_ = holds_namespace_ || d->is_namespace;
+    v_ = std::move(d);
+}
+
+// Raises this container's depth to hold `child`, whose own depth is already bounded.
+void Value::set_nesting(const Value& child) {
+    if (child.depth_ + 1 > depth_) {
+        if (child.depth_ + 1 > kMaxValueDepth)
+            throw EvalError("lists and dicts nested more than " + std::to_string(kMaxValueDepth) +
+                            " levels deep");
+        depth_ = static_cast<uint16_t>(child.depth_ + 1);
+    }
+    holds_namespace_ = holds_namespace_ || child.holds_namespace_;
+}
 
 int64_t Value::as_int(std::string_view what) const {
     if (is_int()) return std::get<int64_t>(v_);
@@ -23,7 +66,7 @@ double Value::as_number(std::string_view what) const {
 
 const std::string& Value::as_string(std::string_view what) const {
     if (!is_string()) throw EvalError(std::string(what) + " must be a string, not " + type_name());
-    return std::get<std::string>(v_);
+    return *std::get<std::shared_ptr<const std::string>>(v_);
 }
 
 const List& Value::as_list(std::string_view what) const {
@@ -126,15 +169,20 @@ std::string repr_string(const std::string& s) {
 
 std::string repr_sequence(const List& items, bool tuple) {
     std::string out = tuple ? "(" : "[";
-    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i].repr();
+    for (size_t i = 0; i < items.size(); ++i) {
+        out += (i ? ", " : "") + items[i].repr();
+        check_string_size(out.size(), "printing a list");
+    }
     if (tuple && items.size() == 1) out += ",";
     return out + (tuple ? ")" : "]");
 }
 
 std::string repr_dict(const Dict& d) {
     std::string out = "{";
-    for (size_t i = 0; i < d.entries.size(); ++i)
+    for (size_t i = 0; i < d.entries.size(); ++i) {
         out += (i ? ", " : "") + repr_string(d.entries[i].first) + ": " + d.entries[i].second.repr();
+        check_string_size(out.size(), "printing a dict");
+    }
     out += "}";
     return d.is_namespace ? "<Namespace " + out + ">" : out;
 }
@@ -424,6 +472,8 @@ struct JsonWriter {
 
     void newline(int depth) {
         if (opts.indent < 0) return;
+        check_string_size(out.size() + static_cast<size_t>(opts.indent) * static_cast<size_t>(depth),
+                          "tojson");
         out += '\n';
         out.append(static_cast<size_t>(opts.indent * depth), ' ');
     }
@@ -479,6 +529,7 @@ void JsonWriter::write_list(const List& items, int depth) {
         if (i) out += item_sep;
         newline(depth + 1);
         write(items[i], depth + 1);
+        check_string_size(out.size(), "tojson");
     }
     newline(depth);
     out += ']';
@@ -501,6 +552,7 @@ void JsonWriter::write_dict(const Dict& d, int depth) {
         json_string(entries[i]->first, opts.ensure_ascii, out);
         out += key_sep;
         write(entries[i]->second, depth + 1);
+        check_string_size(out.size(), "tojson");
     }
     newline(depth);
     out += '}';

@@ -14,11 +14,12 @@
 #include <utility>
 #include <variant>
 #include <vector>
-#include "util/utf8.h"
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/template/jinja_limits.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace minfer::jinja {
 
@@ -59,14 +60,15 @@ class Value {
     Value(int i) : v_(int64_t{i}) {}
     Value(int64_t i) : v_(i) {}
     Value(double d) : v_(d) {}
-    Value(std::string s) : v_(std::move(s)) {}
-    Value(const char* s) : v_(std::string(s)) {}
-    Value(List l, SeqKind kind = SeqKind::List);
-    Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}
+    Value(std::string s);  // throws EvalError above kMaxStringBytes
+    Value(const char* s) : Value(std::string(s)) {}
+    Value(List l, SeqKind kind = SeqKind::List);  // throws EvalError above kMaxListItems or kMaxValueDepth
+    Value(std::shared_ptr<Dict> d);               // likewise
     Value(Function f) : v_(std::make_shared<const Function>(std::move(f))) {}
 
+    // Throws EvalError when `j` nests deeper than kMaxValueDepth.
     template <typename Json>
-    static Value from_json(const Json& j);
+    static Value from_json(const Json& j, int depth = 0);
 
     Type type() const { return static_cast<Type>(v_.index()); }
     bool is_undefined() const { return type() == Type::Undefined; }
@@ -95,6 +97,10 @@ class Value {
     Dict& as_dict(std::string_view what = "value") const;
     const Function& as_function() const;
     const std::string& undefined_reason() const { return std::get<Undefined>(v_).reason; }
+    // Levels of lists and dicts: 0 for a scalar, 1 for a list of scalars. Namespaces are the only
+    // mutable values and may not hold another namespace, so this stays within 2 * kMaxValueDepth.
+    int depth() const { return depth_; }
+    bool holds_namespace() const { return holds_namespace_; }  // is or contains a namespace
 
     bool truthy() const;
     std::string str() const;   // Python str(): what {{ }} prints
@@ -103,10 +109,15 @@ class Value {
     std::string object_name() const;  // "'dict object'", as Jinja names values in messages
 
   private:
-    std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<const List>,
-                 std::shared_ptr<Dict>, std::shared_ptr<const Function>>
+    void set_nesting(const Value& child);
+
+    // Strings are shared, so copies of a long string (a list of it, a loop over it) cost no memory.
+    std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::shared_ptr<const std::string>,
+                 std::shared_ptr<const List>, std::shared_ptr<Dict>, std::shared_ptr<const Function>>
         v_;
     SeqKind kind_ = SeqKind::List;
+    uint16_t depth_ = 0;
+    bool holds_namespace_ = false;
 };
 
 // Insertion-ordered string-keyed mapping. Namespaces (namespace()) are dicts whose attributes can be set.
@@ -162,7 +173,10 @@ std::string to_json(const Value& v, const JsonOptions& opts = {});
 std::string format_float(double d);
 
 template <typename Json>
-Value Value::from_json(const Json& j) {
+Value Value::from_json(const Json& j, int depth) {
+    if (depth >= kMaxValueDepth)
+        throw EvalError("template variables nest lists and objects more than " +
+                        std::to_string(kMaxValueDepth) + " levels deep");
     if (j.is_null()) return Value(nullptr);
     if (j.is_boolean()) return Value(j.template get<bool>());
     if (j.is_number_unsigned()) return Value(static_cast<int64_t>(j.template get<uint64_t>()));
@@ -172,12 +186,13 @@ Value Value::from_json(const Json& j) {
     if (j.is_array()) {
         List items;
         items.reserve(j.size());
-        for (const auto& item : j) items.push_back(from_json(item));
+        for (const auto& item : j) items.push_back(from_json(item, depth + 1));
         return Value(std::move(items));
     }
     if (j.is_object()) {
         std::vector<std::pair<std::string, Value>> entries;
-        for (auto it = j.begin(); it != j.end(); ++it) entries.emplace_back(it.key(), from_json(it.value()));
+        for (auto it = j.begin(); it != j.end(); ++it)
+            entries.emplace_back(it.key(), from_json(it.value(), depth + 1));
         return make_dict(std::move(entries));
     }
     return Value(nullptr);
