@@ -7,6 +7,10 @@
 #include "common.h"
 #include "util/error.h"
 
+namespace minfer {
+void add_serve_command(CLI::App& app);  // app/cmd_serve.cpp
+}  // namespace minfer
+
 int main(int argc, char** argv) {
     CLI::App app{"minfer: LLM inference for GGUF models (Qwen2, Qwen3, Llama)"};
     app.require_subcommand(0, 1);
@@ -17,10 +21,14 @@ int main(int argc, char** argv) {
     minfer::add_info_command(app);
     minfer::add_bench_command(app);
     minfer::add_dump_diff_command(app);
+    minfer::add_serve_command(app);
     // CLI11 short names are one letter: llama.cpp's -sys is spelled --system.
     static char system_flag[] = "--system";
-    for (int i = 1; i < argc; ++i)
+    static char parallel_flag[] = "--parallel";  // llama-server's -np
+    for (int i = 1; i < argc; ++i) {
         if (std::string_view(argv[i]) == "-sys") argv[i] = system_flag;
+        if (std::string_view(argv[i]) == "-np") argv[i] = parallel_flag;
+    }
     try {
         app.parse(argc, argv);
         if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");

@@ -8,7 +8,7 @@ root=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 cd "$root"
 
 # Pipeline order, earliest first; a file's stage is the longest of these folders that holds it.
-stages="util gguf tokenizer graph models kv backend/cpu backend/cuda backend sched runtime app"
+stages="util gguf tokenizer graph models kv backend/cpu backend/cuda backend sched runtime server app"
 
 # Backwards includes accepted on purpose, as "<stage> <included path>", each with its reason:
 # - The quant traits table (block sizes, to_float/from_float per ggml type) sits below both models/

@@ -3,7 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build ccache pkg-config git libpcre2-dev libutf8proc-dev libcli11-dev
-  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev graphviz)
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev graphviz libcpp-httplib-dev)
+# nodejs and npm run the server's tests with the official openai client; a machine that already has a
+# node (e.g. from NodeSource) keeps it.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -15,3 +19,10 @@ fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BENCH=ON
 cmake --build build -j "$(nproc)"
+# The openai npm package for tests/server/openai_client.test.mjs, in an ignored folder (the test skips
+# without it). A failed install (no network) is reported, not fatal.
+if [ ! -d build/node/node_modules/openai ]; then
+  mkdir -p build/node
+  (cd build/node && npm install --no-audit --no-fund --loglevel=error openai@4) ||
+    echo "setup: could not install the openai npm package; its server test will be skipped" >&2
+fi

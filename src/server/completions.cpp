@@ -1,0 +1,135 @@
+#include "server/completions.h"
+
+#include <httplib.h>
+
+#include <random>
+
+#include "server/api_error.h"
+#include "server/engine_loop.h"
+#include "server/prompt.h"
+#include "server/render.h"
+
+namespace minfer::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<GenerationResult> results_of(const Job& job) {
+    std::vector<GenerationResult> out;
+    for (const Job::Choice& c : job.choices) out.push_back(c.result);
+    return out;
+}
+
+void count_tokens(const std::vector<GenerationResult>& results) {
+    RequestTokens& t = request_tokens();
+    t.prompt = results.empty() ? 0 : results[0].prompt_tokens;
+    for (const GenerationResult& r : results) t.generated += int64_t(r.ids.size());
+}
+
+ApiError engine_error(const std::string& why) {
+    return {500, "server_error", "engine_failed", "the engine failed: " + why};
+}
+
+// Everything the streaming provider keeps between its calls.
+struct Stream {
+    std::shared_ptr<Job> job;
+    ResponseMeta meta;
+    bool include_usage = false;
+    uint64_t seen = 0;
+    std::vector<bool> started, finished;  // per choice: role chunk sent, finish chunk sent
+};
+
+// The events that became available: per choice its role (chat, first chunk), new text, its finish; after
+// the last choice the usage chunk when asked and [DONE]. Sets `end` once everything is written.
+std::string next_events(Stream& s, bool& end) {
+    std::string out;
+    std::lock_guard lock(s.job->mu);
+    for (size_t i = 0; i < s.job->choices.size(); ++i) {
+        Job::Choice& c = s.job->choices[i];
+        std::string text = std::exchange(c.pending, {});
+        const bool finish = c.done && !s.finished[i];
+        if (text.empty() && !finish) continue;
+        Delta d{i, s.meta.endpoint == Endpoint::Chat && !s.started[i], std::move(text), std::nullopt};
+        s.started[i] = true;
+        if (d.role || !d.text.empty()) out += sse_event(chunk_json(s.meta, d));
+        if (finish) {
+            out += sse_event(chunk_json(s.meta, {i, false, "", c.result.finish}));
+            s.finished[i] = true;
+        }
+    }
+    end = s.job->all_done();
+    if (!end) return out;
+    if (!s.job->error.empty()) {
+        out += "data: " + error_json(engine_error(s.job->error)) + "\n\n";
+    } else {
+        const std::vector<GenerationResult> results = results_of(*s.job);
+        if (s.include_usage) out += sse_event(usage_chunk_json(s.meta, results));
+        count_tokens(results);
+    }
+    return out + "data: [DONE]\n\n";
+}
+
+void respond_streaming(EngineLoop& loop, std::shared_ptr<Job> job, const ResponseMeta& meta, bool usage,
+                       httplib::Response& res) {
+    auto s = std::make_shared<Stream>();
+    s->job = std::move(job);
+    s->meta = meta;
+    s->include_usage = usage;
+    s->started.assign(s->job->choices.size(), false);
+    s->finished.assign(s->job->choices.size(), false);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [s](size_t, httplib::DataSink& sink) {
+            if (!sink.is_writable()) return false;
+            s->job->wait(s->seen, 100ms);
+            bool end = false;
+            const std::string events = next_events(*s, end);
+            if (!events.empty() && !sink.write(events.data(), events.size())) return false;
+            if (end) sink.done();
+            return true;
+        },
+        [s, &loop](bool success) {
+            if (!success) loop.cancel(*s->job);
+        });
+}
+
+void respond_whole(const std::shared_ptr<Job>& job, const ResponseMeta& meta, httplib::Response& res) {
+    for (uint64_t seen = 0;;) {
+        {
+            std::lock_guard lock(job->mu);
+            if (job->all_done()) break;
+        }
+        job->wait(seen, 1s);
+    }
+    std::lock_guard lock(job->mu);
+    if (!job->error.empty()) throw engine_error(job->error);
+    const std::vector<GenerationResult> results = results_of(*job);
+    count_tokens(results);
+    res.set_content(dump(completion_json(meta, results)), "application/json");
+}
+
+}  // namespace
+
+void handle_completion(const CompletionContext& ctx, const httplib::Request& req, httplib::Response& res,
+                       Endpoint endpoint) {
+    CompletionRequest r = parse_completion_request(req.body, endpoint, {ctx.loop.n_ctx(), 16});
+    const std::vector<int32_t> prompt = ctx.prompt.tokens(r);
+    if (prompt.empty()) throw bad_request("the prompt is empty");
+    if (int64_t(prompt.size()) >= ctx.loop.n_ctx())
+        throw bad_request("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                              std::to_string(ctx.loop.n_ctx()) + " (prompt and at least one generated token)",
+                          "context_length_exceeded");
+    r.gen.n_predict = r.max_tokens.value_or(ctx.loop.n_ctx() - int64_t(prompt.size()));
+    if (!r.seed_given) r.gen.sampling.seed = std::random_device{}();
+    request_tokens().prompt = int64_t(prompt.size());
+    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n);
+    const ResponseMeta meta = make_meta(endpoint, ctx.model_name);
+    if (r.stream)
+        respond_streaming(ctx.loop, std::move(job), meta, r.include_usage, res);
+    else
+        respond_whole(job, meta, res);
+}
+
+}  // namespace minfer::server

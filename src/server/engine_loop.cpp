@@ -1,0 +1,239 @@
+#include "server/engine_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "server/api_error.h"
+#include "util/error.h"
+
+namespace minfer::server {
+
+namespace {
+
+int64_t micros(Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
+
+bool Job::wait(uint64_t& seen, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, timeout, [&] { return version != seen; })) return false;
+    seen = version;
+    return true;
+}
+
+std::string Job::take_text(size_t choice) {
+    std::lock_guard lock(mu);
+    return std::exchange(choices[choice].pending, {});
+}
+
+bool Job::all_done() const {
+    return std::all_of(choices.begin(), choices.end(), [](const Choice& c) { return c.done; });
+}
+
+EngineLoop::EngineLoop(const Model& m, const EngineParams& p, const Tokenizer& tok, Metrics& metrics,
+                       const LoopOptions& o)
+    : engine_(m, p), sched_(engine_, tok), metrics_(metrics), opt_(o) {
+    publish_stats();
+    thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() {
+    drain(std::chrono::milliseconds(0));
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void EngineLoop::kick() {
+    {
+        std::lock_guard lock(mu_);
+        kicked_ = true;
+    }
+    cv_.notify_all();
+}
+
+// Steps while there is work; sleeps until a submission or a cancellation kicks it.
+void EngineLoop::run() {
+    for (;;) {
+        {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return kicked_ || stop_; });
+            if (stop_) return;
+            kicked_ = false;
+        }
+        try {
+            while (sched_.step()) publish_stats();
+        } catch (const std::exception& e) {
+            fail_all(e.what());
+        }
+        publish_stats();
+    }
+}
+
+void EngineLoop::publish_stats() {
+    metrics_.requests_running = int64_t(sched_.n_running());
+    metrics_.requests_waiting = int64_t(sched_.n_waiting());
+    metrics_.kv_blocks_used = engine_.pool().n_used();
+    metrics_.kv_blocks_total = engine_.pool().n_blocks();
+    metrics_.prefix_hit_tokens = engine_.prefix_hit_tokens();
+    metrics_.preemptions = sched_.preemptions();
+}
+
+// The engine threw inside a step: its state is no longer trusted, so every job ends with the error and
+// the loop refuses new work (GET /health turns 503).
+void EngineLoop::fail_all(const std::string& why) {
+    std::fprintf(stderr, "serve: the engine failed, refusing new requests: %s\n", why.c_str());
+    std::vector<std::shared_ptr<Job>> jobs;
+    {
+        std::lock_guard lock(mu_);
+        draining_ = true;
+        jobs.swap(jobs_);
+        reserved_ = 0;
+    }
+    for (const auto& j : jobs) {
+        std::lock_guard lock(j->mu);
+        j->error = why;
+        for (Job::Choice& c : j->choices) c.done = true;
+        ++j->version;
+        j->cv.notify_all();
+    }
+    cv_.notify_all();
+}
+
+GenerationRequest EngineLoop::request_for(const std::shared_ptr<Job>& job, size_t i,
+                                          const std::vector<int32_t>& prompt, const GenerateParams& gen) {
+    GenerationRequest r{prompt, gen, {}, {}};
+    r.gen.sampling.seed = gen.sampling.seed + i;
+    r.on_text = [this, job, i](std::string_view text) { on_text(*job, i, text); };
+    r.on_done = [this, job, i](const GenerationResult& res) { on_done(*job, i, res); };
+    return r;
+}
+
+std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, const GenerateParams& gen,
+                                        int n) {
+    auto job = std::make_shared<Job>();
+    job->choices.resize(size_t(n));
+    job->submitted = Clock::now();
+    for (int i = 1; i < n; ++i) job->followers.push_back(request_for(job, size_t(i), prompt, gen));
+    {
+        std::lock_guard lock(mu_);
+        if (draining_) throw ApiError(503, "server_error", "unavailable", "the server is shutting down");
+        if (reserved_ + n > engine_.max_seqs() + opt_.max_queue) {
+            ++metrics_.requests_rejected;
+            throw ApiError(
+                503, "server_error", "queue_full",
+                "the server is busy (" + std::to_string(reserved_) + " sequences in flight); retry later");
+        }
+        reserved_ += n;
+        jobs_.push_back(job);
+    }
+    try {
+        const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen));
+        std::lock_guard lock(job->mu);
+        job->choices[0].id = id;
+    } catch (const Error& e) {
+        std::lock_guard lock(mu_);
+        reserved_ -= n;
+        std::erase(jobs_, job);
+        throw bad_request(e.what(), "context_length_exceeded");
+    }
+    kick();
+    return job;
+}
+
+void EngineLoop::cancel(Job& job) {
+    std::vector<uint64_t> ids;
+    {
+        std::lock_guard lock(job.mu);
+        job.cancelled = true;
+        for (const Job::Choice& c : job.choices)
+            if (c.id != 0 && !c.done) ids.push_back(c.id);
+    }
+    for (const uint64_t id : ids) sched_.cancel(id);
+    kick();
+}
+
+void EngineLoop::release_followers(Job& job) {
+    for (size_t i = 0; i < job.followers.size(); ++i) {
+        Job::Choice& c = job.choices[i + 1];
+        if (job.cancelled) {
+            c.done = true;
+            c.result.finish = FinishReason::Cancelled;
+            continue;
+        }
+        try {
+            c.id = sched_.submit(std::move(job.followers[i]));
+        } catch (const Error& e) {
+            c.done = true;
+            job.error = e.what();
+        }
+    }
+}
+
+void EngineLoop::on_text(Job& job, size_t i, std::string_view text) {
+    std::lock_guard lock(job.mu);
+    if (job.first_token == Clock::time_point()) job.first_token = Clock::now();
+    job.choices[i].pending += text;
+    if (i == 0 && !job.followers.empty()) {
+        release_followers(job);
+        job.followers.clear();
+    }
+    ++job.version;
+    job.cv.notify_all();
+}
+
+void EngineLoop::on_done(Job& job, size_t i, const GenerationResult& r) {
+    int64_t finished = 0;
+    bool all = false;
+    {
+        std::lock_guard lock(job.mu);
+        if (job.choices[i].done) return;  // fail_all ended it already
+        const size_t before = size_t(std::count_if(job.choices.begin(), job.choices.end(),
+                                                   [](const Job::Choice& c) { return c.done; }));
+        const Clock::time_point now = Clock::now();
+        if (job.first_token == Clock::time_point()) job.first_token = now;
+        job.choices[i].done = true;
+        job.choices[i].result = r;
+        if (i == 0 && !job.followers.empty()) {
+            release_followers(job);
+            job.followers.clear();
+        }
+        finished = int64_t(std::count_if(job.choices.begin(), job.choices.end(),
+                                         [](const Job::Choice& c) { return c.done; })) -
+                   int64_t(before);
+        all = job.all_done();
+        if (i == 0) {
+            metrics_.prompt_us += micros(job.first_token - job.submitted);
+            metrics_.generate_us += micros(now - job.first_token);
+        }
+        ++job.version;
+        job.cv.notify_all();
+    }
+    metrics_.prompt_tokens += r.prompt_tokens;
+    metrics_.generated_tokens += int64_t(r.ids.size());
+    ++metrics_.requests_done;
+    {
+        std::lock_guard lock(mu_);
+        reserved_ -= finished;
+        if (all) std::erase_if(jobs_, [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
+    }
+    cv_.notify_all();
+}
+
+void EngineLoop::drain(std::chrono::milliseconds grace) {
+    std::unique_lock lock(mu_);
+    draining_ = true;
+    if (cv_.wait_for(lock, grace, [&] { return reserved_ == 0; })) return;
+    const std::vector<std::shared_ptr<Job>> jobs = jobs_;
+    lock.unlock();
+    for (const auto& j : jobs) cancel(*j);
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::seconds(1), [&] { return reserved_ == 0; });
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,49 @@
+// Response bodies in OpenAI's shapes (what llama-server also sends): chat.completion and text_completion
+// objects, their streamed chunks as server-sent events, usage with prompt_tokens_details.cached_tokens,
+// and the error envelope. Text is dumped with invalid UTF-8 replaced, so rendering never throws.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/scheduler.h"
+#include "server/request.h"
+
+namespace minfer::server {
+
+struct ApiError;
+
+// What every object of one response shares.
+struct ResponseMeta {
+    Endpoint endpoint = Endpoint::Completion;
+    std::string id;     // chatcmpl-... / cmpl-...
+    std::string model;  // the served model's name
+    int64_t created = 0;
+};
+ResponseMeta make_meta(Endpoint endpoint, const std::string& model);
+
+// "stop" or "length"; a cancelled choice (server shutting down) reports "length": it was cut short.
+const char* finish_name(FinishReason r);
+
+// n choices share the prompt: prompt tokens and cached tokens are those of the first.
+nlohmann::json usage_json(const std::vector<GenerationResult>& results);
+nlohmann::json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results);
+
+// One streamed chunk of choice `index`: the role (first chunk of a chat choice), text, or the finish.
+struct Delta {
+    size_t index = 0;
+    bool role = false;
+    std::string text;
+    std::optional<FinishReason> finish;
+};
+nlohmann::json chunk_json(const ResponseMeta& m, const Delta& d);
+// The last chunk when stream_options.include_usage: no choices, the usage.
+nlohmann::json usage_chunk_json(const ResponseMeta& m, const std::vector<GenerationResult>& results);
+
+std::string dump(const nlohmann::json& j);
+std::string sse_event(const nlohmann::json& j);  // "data: {...}\n\n"
+std::string error_json(const ApiError& e);
+
+}  // namespace minfer::server

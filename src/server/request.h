@@ -1,0 +1,43 @@
+// OpenAI request bodies as typed requests: /v1/chat/completions and /v1/completions parsed from JSON and
+// validated field by field, each mistake a 400 naming the field (wrong type, out of range, unknown role).
+// Fields the engine has no use for (user, metadata, ...) are ignored, as OpenAI-compatible servers do.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+
+namespace minfer::server {
+
+enum class Endpoint { Chat, Completion };
+
+struct CompletionRequest {
+    Endpoint endpoint = Endpoint::Completion;
+    std::string model;                               // as sent (any value is accepted: one model is served)
+    nlohmann::ordered_json messages;                 // Chat: [{role, content}] with content as plain strings
+    std::string prompt;                              // Completion: the prompt text ...
+    std::optional<std::vector<int32_t>> prompt_ids;  // ... or its token ids, used as given
+    GenerateParams gen;                              // n_predict 0 until the prompt's length sets the default
+    std::optional<int64_t> max_tokens;               // max_tokens / max_completion_tokens
+    bool seed_given = false;
+    int n = 1;  // choices
+    bool stream = false, include_usage = false;
+};
+
+struct ParseLimits {
+    int64_t n_ctx = 4096;  // the most tokens one sequence holds: max_tokens may not exceed it
+    int max_n = 16;        // the most choices per request
+};
+
+// Parses a request body; throws ApiError (400) with a message naming the offending field.
+CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint,
+                                           const ParseLimits& lim);
+
+// The body as a JSON object; throws ApiError (400) for malformed JSON (invalid UTF-8 included) or a
+// body that is not an object.
+nlohmann::json parse_json_object(const std::string& body);
+
+}  // namespace minfer::server
