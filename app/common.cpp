@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,6 +39,16 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
     return ids;
 }
 
+namespace {
+
+std::string format_bound(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+}  // namespace
+
 CLI::Validator int_in(int64_t lo, int64_t hi) {
     return CLI::Validator(
         [lo, hi](std::string& s) -> std::string {
@@ -50,6 +61,20 @@ CLI::Validator int_in(int64_t lo, int64_t hi) {
             return {};
         },
         "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator float_in(double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& s) -> std::string {
+            double v = 0;
+            const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v))
+                return "expected a finite number, got '" + s + "'";
+            if (v < lo || v > hi)
+                return "must be between " + format_bound(lo) + " and " + format_bound(hi) + ", got " + s;
+            return {};
+        },
+        "FLOAT in [" + format_bound(lo) + ", " + format_bound(hi) + "]");
 }
 
 namespace {
@@ -65,14 +90,17 @@ void draw_progress(size_t done, size_t total, void*) {
 }  // namespace
 
 void add_sampling_options(CLI::App& c, SamplerParams& p) {
-    c.add_option("--temp", p.temp, "Temperature (0: greedy)");
+    // Every float is checked finite (NaN passes any comparison-based range check).
+    c.add_option("--temp", p.temp, "Temperature (<= 0: greedy)")->check(float_in(-1e6, 1e6));
     c.add_option("--top-k", p.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
-    c.add_option("--top-p", p.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
-    c.add_option("--min-p", p.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+    c.add_option("--top-p", p.top_p, "Top-p (1: off)")->check(float_in(0.0, 1.0));
+    c.add_option("--min-p", p.min_p, "Min-p (0: off)")->check(float_in(0.0, 1.0));
     c.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)")
-        ->check(CLI::Range(0.0, 100.0));
-    c.add_option("--presence-penalty", p.presence_penalty, "Presence penalty");
-    c.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty");
+        ->check(float_in(0.0, 100.0));
+    c.add_option("--presence-penalty", p.presence_penalty, "Presence penalty (0: off)")
+        ->check(float_in(-1e6, 1e6));
+    c.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty (0: off)")
+        ->check(float_in(-1e6, 1e6));
     c.add_option("--seed", p.seed, "Sampling seed");
 }
 

@@ -42,6 +42,9 @@ void dump_graph(Session& s, const GraphParams& p, const GraphDumpOptions& o);
 // CLI11 validator for an integer flag in [lo, hi], with a short message naming the bound.
 CLI::Validator int_in(int64_t lo, int64_t hi);
 
+// CLI11 validator for a finite floating-point flag in [lo, hi] (NaN and infinities rejected).
+CLI::Validator float_in(double lo, double hi);
+
 // --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --seed
 void add_sampling_options(CLI::App& app, SamplerParams& p);
 

@@ -1,5 +1,10 @@
 #include "models/model.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
 #include "backend/cpu/quants.h"
 #include "gguf/gguf.h"
 #include "models/registry.h"
@@ -45,26 +50,84 @@ class WeightReader {
     const GgufFile& f_;
 };
 
+// Reads hyper-parameter `key` and checks it: an error names the key and the file.
+class HparamReader {
+  public:
+    HparamReader(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+
+    // An integer in [lo, hi]; `dflt` when absent (required when dflt is unset).
+    int64_t integer(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> dflt = {}) const {
+        const std::string k = arch_ + "." + key;
+        const int64_t v = dflt && !f_.has(k) ? *dflt : f_.get_int(k);
+        if (v < lo || v > hi)
+            fail(k,
+                 "is " + std::to_string(v) + ", expected " + std::to_string(lo) + ".." + std::to_string(hi));
+        return v;
+    }
+    // A finite number > 0; `dflt` when absent.
+    float positive(const std::string& key, double dflt) const {
+        const std::string k = arch_ + "." + key;
+        const double v = f_.get_float_or(k, dflt);
+        if (!std::isfinite(v) || v <= 0 || !std::isfinite(float(v)) || float(v) <= 0)
+            fail(k, "is " + std::to_string(v) + ", expected a positive finite number");
+        return float(v);
+    }
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw Error(f_.path() + ": " + key + " " + what);
+    }
+
+  private:
+    const GgufFile& f_;
+    std::string arch_;
+};
+
 Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
-    const std::string a = arch.name;
+    constexpr int64_t kMaxDim = int64_t{1} << 20, kMaxHeads = int64_t{1} << 12;
+    const HparamReader r(f, arch.name);
     Hparams hp;
-    hp.arch = a;
-    hp.n_layer = int(f.get_int(a + ".block_count"));
-    hp.n_embd = f.get_int(a + ".embedding_length");
-    hp.n_ff = f.get_int(a + ".feed_forward_length");
-    hp.n_head = f.get_int(a + ".attention.head_count");
-    hp.n_head_kv = f.get_int_or(a + ".attention.head_count_kv", hp.n_head);
-    hp.head_dim = f.get_int_or(a + ".attention.key_length", hp.n_head > 0 ? hp.n_embd / hp.n_head : 0);
-    hp.n_rot = f.get_int_or(a + ".rope.dimension_count", hp.head_dim);
-    hp.n_ctx_train = f.get_int_or(a + ".context_length", 4096);
-    hp.rms_eps = float(f.get_float_or(a + ".attention.layer_norm_rms_epsilon", 1e-6));
-    hp.rope_base = float(f.get_float_or(a + ".rope.freq_base", 10000.0));
+    hp.arch = arch.name;
+    hp.n_layer = int(r.integer("block_count", 1, 100000));
+    hp.n_embd = r.integer("embedding_length", 1, kMaxDim);
+    hp.n_ff = r.integer("feed_forward_length", 1, kMaxDim * 4);
+    hp.n_head = r.integer("attention.head_count", 1, kMaxHeads);
+    hp.n_head_kv = r.integer("attention.head_count_kv", 1, hp.n_head, hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0)
+        r.fail(hp.arch + ".attention.head_count_kv", "(" + std::to_string(hp.n_head_kv) +
+                                                         ") does not divide head_count (" +
+                                                         std::to_string(hp.n_head) + ")");
+    hp.head_dim =
+        r.integer("attention.key_length", 1, kMaxDim / 16, std::max<int64_t>(hp.n_embd / hp.n_head, 1));
+    hp.n_rot = r.integer("rope.dimension_count", 2, hp.head_dim, hp.head_dim);
+    if (hp.n_rot % 2 != 0)
+        r.fail(hp.arch + ".rope.dimension_count", "is odd (" + std::to_string(hp.n_rot) + ")");
+    hp.n_ctx_train = r.integer("context_length", 1, int64_t{1} << 30, 4096);
+    hp.rms_eps = r.positive("attention.layer_norm_rms_epsilon", 1e-6);
+    hp.rope_base = r.positive("rope.freq_base", 10000.0);
     hp.rope_style = arch.rope_style;
-    const bool sane = hp.n_layer > 0 && hp.n_embd > 0 && hp.n_ff > 0 && hp.n_head > 0 && hp.n_head_kv > 0 &&
-                      hp.head_dim > 0 && hp.n_head % hp.n_head_kv == 0 && hp.n_rot > 0 &&
-                      hp.n_rot <= hp.head_dim && hp.n_rot % 2 == 0 && hp.n_layer < 100000;
-    if (!sane) throw Error(f.path() + ": inconsistent hyper-parameters for architecture '" + a + "'");
     return hp;
+}
+
+// The vocabulary and the layers the file holds must agree with the hyper-parameters: the embedding
+// has one row per token of tokenizer.ggml.tokens (when the file has a vocabulary), and tensors
+// blk.0 .. blk.(block_count - 1) exist, no more.
+void check_consistency(const GgufFile& f, const Hparams& hp) {
+    if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens")) {
+        const auto* arr = std::get_if<std::shared_ptr<GgufArray>>(&tokens->v);
+        const size_t n = arr && *arr ? (*arr)->items.size() : 0;
+        if (int64_t(n) != hp.n_vocab)
+            throw Error(f.path() + ": token_embd.weight has " + std::to_string(hp.n_vocab) +
+                        " rows but the vocabulary (tokenizer.ggml.tokens) has " + std::to_string(n) +
+                        " tokens");
+    }
+    int64_t max_layer = -1;
+    for (const GgufTensor& t : f.tensors()) {
+        if (t.name.rfind("blk.", 0) != 0) continue;
+        const int64_t il = std::strtoll(t.name.c_str() + 4, nullptr, 10);
+        max_layer = std::max(max_layer, il);
+    }
+    if (max_layer + 1 > hp.n_layer)
+        throw Error(f.path() + ": " + hp.arch + ".block_count is " + std::to_string(hp.n_layer) +
+                    " but the file has tensors of layer blk." + std::to_string(max_layer));
 }
 
 LayerWeights read_layer(const WeightReader& r, const Hparams& hp, int il) {
@@ -114,6 +177,8 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
     const GgufTensor* emb = f.find_tensor("token_embd.weight");
     if (!emb || emb->dims.size() != 2) r.fail("missing or malformed tensor 'token_embd.weight'");
     m->hp.n_vocab = emb->dims[1];
+    if (m->hp.n_vocab <= 0) r.fail("tensor 'token_embd.weight' has no rows (an empty vocabulary)");
+    check_consistency(f, m->hp);
     m->tok_embd = r.get("token_embd.weight", m->hp.n_embd, m->hp.n_vocab);
     m->output_norm = r.vec("output_norm.weight", m->hp.n_embd);
     m->output = r.get("output.weight", m->hp.n_embd, m->hp.n_vocab, false);

@@ -1,0 +1,118 @@
+// Hostile model files and arguments (issue 32): values that pass unchecked into garbage, a model whose
+// shapes disagree with its hyper-parameters or vocabulary, and files that are not regular files all
+// fail at load or parse time with an error naming the file and the key.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "gguf/gguf_test_util.h"
+#include "gguf/gguf_writer.h"
+#include "models/model.h"
+#include "models/synth.h"
+
+namespace minfer {
+namespace {
+
+using test::run_cli;
+
+GgufValue f32(double v) {
+    return GgufValue{GgufValueType::F32, v};
+}
+GgufValue u32(uint64_t v) {
+    return GgufValue{GgufValueType::U32, v};
+}
+
+GgufValue tokens(int64_t n) {
+    std::vector<GgufValue> items;
+    for (int64_t i = 0; i < n; ++i)
+        items.push_back(GgufValue{GgufValueType::STRING, "t" + std::to_string(i)});
+    return GgufWriter::make_array(GgufValueType::STRING, std::move(items));
+}
+
+// Writes a small qwen2 model with `key` overridden, and expects Model::load to fail naming the file
+// and every needle.
+void expect_load_error(const SynthSpec& spec, const std::vector<std::string>& needles) {
+    test::TempDir tmp;
+    const std::string path = tmp.file("bad.gguf");
+    write_synth_model(spec, path);
+    try {
+        Model::load(path);
+        ADD_FAILURE() << "loaded without error";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(path), std::string::npos) << msg;
+        for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+    }
+}
+
+SynthSpec with_key(const std::string& key, GgufValue v) {
+    SynthSpec s;
+    s.extra_metadata.emplace_back(key, std::move(v));
+    return s;
+}
+
+TEST(Hardening, ValidSynthModelLoads) {
+    test::TempDir tmp;
+    SynthSpec s = with_key("tokenizer.ggml.tokens", tokens(256));
+    write_synth_model(s, tmp.file("ok.gguf"));
+    const auto m = Model::load(tmp.file("ok.gguf"));
+    EXPECT_EQ(m->hp.n_vocab, 256);
+    EXPECT_EQ(m->hp.n_layer, 2);
+}
+
+TEST(Hardening, NonFiniteOrNonPositiveFloatsAreRejectedAtLoad) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (double bad : {nan, -1e-6, 0.0, std::numeric_limits<double>::infinity()})
+        expect_load_error(with_key("qwen2.attention.layer_norm_rms_epsilon", f32(bad)),
+                          {"qwen2.attention.layer_norm_rms_epsilon", "positive finite"});
+    for (double bad : {nan, 0.0, -10000.0})
+        expect_load_error(with_key("qwen2.rope.freq_base", f32(bad)),
+                          {"qwen2.rope.freq_base", "positive finite"});
+}
+
+TEST(Hardening, ZeroDimensionsAndContextAreRejectedAtLoad) {
+    expect_load_error(with_key("qwen2.context_length", u32(0)), {"qwen2.context_length is 0"});
+    expect_load_error(with_key("qwen2.embedding_length", u32(0)), {"qwen2.embedding_length is 0"});
+    expect_load_error(with_key("qwen2.feed_forward_length", u32(0)), {"qwen2.feed_forward_length is 0"});
+    expect_load_error(with_key("qwen2.attention.head_count", u32(0)), {"qwen2.attention.head_count is 0"});
+    expect_load_error(with_key("qwen2.attention.head_count_kv", u32(3)),
+                      {"head_count_kv", "does not divide"});
+    expect_load_error(with_key("qwen2.block_count", u32(0)), {"qwen2.block_count is 0"});
+}
+
+TEST(Hardening, EmbeddingRowsMustMatchTheVocabulary) {
+    expect_load_error(with_key("tokenizer.ggml.tokens", tokens(255)),
+                      {"token_embd.weight has 256 rows", "tokenizer.ggml.tokens) has 255 tokens"});
+    expect_load_error(with_key("tokenizer.ggml.tokens", tokens(300)),
+                      {"token_embd.weight has 256 rows", "has 300 tokens"});
+}
+
+TEST(Hardening, BlockCountMustMatchTheLayerTensors) {
+    expect_load_error(with_key("qwen2.block_count", u32(1)), {"qwen2.block_count is 1", "blk.1"});
+    expect_load_error(with_key("qwen2.block_count", u32(3)), {"missing tensor 'blk.2."});
+}
+
+TEST(Hardening, NanSamplingFlagsAreRejectedAtParseTime) {
+    for (const char* flag :
+         {"--temp", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty", "--frequency-penalty"}) {
+        for (const char* bad : {"nan", "-nan", "inf", "1e999", "0.5x"}) {
+            const auto r = run_cli({"run", "-p", "hi", "-n", "1", flag, bad}, std::chrono::seconds(30));
+            EXPECT_TRUE(r.failed_cleanly()) << flag << " " << bad << ": " << r;
+            EXPECT_NE(r.err.find(flag), std::string::npos) << r;
+            EXPECT_NE(r.err.find("expected a finite number"), std::string::npos) << r;
+        }
+    }
+    const auto chat = run_cli({"chat", "--temp", "nan"}, std::chrono::seconds(30));
+    EXPECT_TRUE(chat.failed_cleanly()) << chat;
+    const auto range = run_cli({"run", "-p", "hi", "--top-p", "1.5"}, std::chrono::seconds(30));
+    EXPECT_TRUE(range.failed_cleanly()) << range;
+    EXPECT_NE(range.err.find("must be between 0 and 1"), std::string::npos) << range;
+}
+
+}  // namespace
+}  // namespace minfer
