@@ -395,15 +395,31 @@ bool huge_pages_for(size_t size) {
 
 }  // namespace
 
+namespace {
+
+std::string file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a plain file";
+}
+
+}  // namespace
+
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, Residency where, LoadProgress progress) {
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before the type check.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
     const FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw Error(path + ": cannot stat: " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
+    if (!S_ISREG(st.st_mode))
+        throw Error(path + ": not a regular file (" + file_kind(st.st_mode) +
+                    "); a model must be a GGUF file");
     f->size_ = size_t(st.st_size);
     if (f->size_ > 0) {
         if (where == Residency::huge_pages && huge_pages_for(f->size_))

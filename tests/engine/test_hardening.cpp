@@ -114,5 +114,18 @@ TEST(Hardening, NanSamplingFlagsAreRejectedAtParseTime) {
     EXPECT_NE(range.err.find("must be between 0 and 1"), std::string::npos) << range;
 }
 
+TEST(Hardening, FifoAsModelFailsWithoutHanging) {
+    test::TempDir tmp;
+    const std::string fifo = tmp.file("fifo.gguf");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    for (const char* cmd : {"run", "info", "tokenize"}) {
+        std::vector<std::string> args{cmd, "-m", fifo};
+        if (std::string(cmd) != "info") args.insert(args.end(), {"-p", "hi"});
+        const auto r = run_cli(args, std::chrono::seconds(20));
+        EXPECT_TRUE(r.failed_cleanly()) << cmd << ": " << r;
+        EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r;
+    }
+}
+
 }  // namespace
 }  // namespace minfer
