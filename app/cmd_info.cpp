@@ -7,10 +7,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <variant>
 
 #include "common.h"
 #include "gguf/gguf.h"
 #include "models/model.h"
+#include "util/error.h"
 
 namespace minfer {
 
@@ -50,34 +53,84 @@ std::vector<std::pair<std::string, int>> type_histogram(const GgufFile& f) {
     return h;
 }
 
-json info_json(const std::string& path, const Model& m) {
-    const GgufFile& f = *m.file;
+// A metadata value as gguf-dump shows it: scalars as they are, long strings by length, arrays by
+// element type and count.
+json metadata_value(const GgufValue& v) {
+    constexpr size_t kLongString = 200;
+    if (const auto* arr = std::get_if<std::shared_ptr<GgufArray>>(&v.v)) {
+        const size_t n = *arr ? (*arr)->items.size() : 0;
+        const std::string elem = *arr ? gguf_value_type_name((*arr)->elem_type) : "?";
+        return "[" + elem + " x " + std::to_string(n) + "]";
+    }
+    if (const auto* str = std::get_if<std::string>(&v.v))
+        return str->size() > kLongString ? json("<" + std::to_string(str->size()) + " chars>") : json(*str);
+    return std::visit(
+        [](const auto& x) -> json {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::shared_ptr<GgufArray>> || std::is_same_v<T, std::string>)
+                return nullptr;
+            else
+                return x;
+        },
+        v.v);
+}
+
+json metadata_json(const GgufFile& f) {
+    json j = json::object();
+    for (const auto& [key, v] : f.metadata()) j[key] = metadata_value(v);
+    return j;
+}
+
+// `m` is null when minfer cannot run the file; `why` then says what is missing.
+json info_json(const std::string& path, const GgufFile& f, const Model* m, const std::string& why) {
     int64_t n_params = 0;
     for (const GgufTensor& t : f.tensors()) n_params += t.n_elements();
     json types = json::object();
     for (const auto& [name, n] : type_histogram(f)) types[name] = n;
-    return {{"path", path},
-            {"architecture", m.hp.arch},
-            {"name", f.get_str_or("general.name", "")},
-            {"hparams", hparams_json(m.hp)},
-            {"tokenizer", tokenizer_json(f)},
-            {"tensor_count", f.tensors().size()},
-            {"tensor_types", types},
-            {"parameters", n_params},
-            {"file_size_bytes", f.file_size()},
-            {"file_size_mb", double(f.file_size()) / 1e6}};
+    json j = {{"path", path},
+              {"architecture", f.get_str_or("general.architecture", "")},
+              {"name", f.get_str_or("general.name", "")},
+              {"gguf_version", f.version()},
+              {"metadata", metadata_json(f)},
+              {"tokenizer", tokenizer_json(f)},
+              {"tensor_count", f.tensors().size()},
+              {"tensor_types", types},
+              {"parameters", n_params},
+              {"file_size_bytes", f.file_size()},
+              {"file_size_mb", double(f.file_size()) / 1e6},
+              {"runnable", m != nullptr}};
+    if (m)
+        j["hparams"] = hparams_json(m->hp);
+    else
+        j["not_runnable_because"] = why;
+    return j;
 }
 
-void print_human(const json& j, const GgufFile& f) {
-    const json& hp = j["hparams"];
-    const json& tk = j["tokenizer"];
-    std::printf("file:          %s\n", j["path"].get<std::string>().c_str());
-    std::printf("architecture:  %s\n", j["architecture"].get<std::string>().c_str());
-    std::printf("name:          %s\n", j["name"].get<std::string>().c_str());
+void print_hparams(const json& hp) {
     for (const char* k : {"layers", "n_embd", "heads", "kv_heads", "head_dim", "n_ff", "vocab", "context"})
         std::printf("%-14s %lld\n", (std::string(k) + ":").c_str(), hp[k].get<long long>());
     std::printf("rope_base:     %g\n", hp["rope_base"].get<double>());
     std::printf("rms_eps:       %g\n", hp["rms_eps"].get<double>());
+}
+
+// Without hyper-parameters minfer understands, every metadata key but the tokenizer's, as gguf-dump.
+void print_metadata(const json& md) {
+    std::printf("metadata:\n");
+    for (const auto& [key, v] : md.items())
+        if (key.rfind("tokenizer.", 0) != 0)
+            std::printf("  %-40s %s\n", key.c_str(),
+                        v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
+}
+
+void print_human(const json& j, const GgufFile& f) {
+    const json& tk = j["tokenizer"];
+    std::printf("file:          %s\n", j["path"].get<std::string>().c_str());
+    std::printf("architecture:  %s\n", j["architecture"].get<std::string>().c_str());
+    std::printf("name:          %s\n", j["name"].get<std::string>().c_str());
+    if (j["runnable"].get<bool>())
+        print_hparams(j["hparams"]);
+    else
+        print_metadata(j["metadata"]);
     std::printf("tokenizer:     %s (pre: %s), %zu tokens\n", tk["model"].get<std::string>().c_str(),
                 tk["pre"].get<std::string>().c_str(), tk["vocab_size"].get<size_t>());
     std::printf("chat template: %s (%zu chars)\n", tk["chat_template"].get<bool>() ? "yes" : "no",
@@ -89,16 +142,34 @@ void print_human(const json& j, const GgufFile& f) {
     std::printf("parameters:    %lld (%.2f M)\n", j["parameters"].get<long long>(),
                 j["parameters"].get<double>() / 1e6);
     std::printf("file size:     %.2f MB\n", j["file_size_mb"].get<double>());
+    if (j["runnable"].get<bool>())
+        std::printf("runnable:      yes\n");
+    else
+        std::printf("runnable:      no: %s\n", j["not_runnable_because"].get<std::string>().c_str());
 }
 
+// Describes any GGUF the reader accepts; a file minfer cannot run (a vocabulary-only file, an
+// unknown architecture, ...) is still described, with what is missing for running.
 void info(const InfoOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    const auto model = Model::load(path);
-    const json j = info_json(path, *model);
+    std::unique_ptr<Model> model;
+    std::unique_ptr<GgufFile> file;
+    std::string why;
+    file = GgufFile::open(path);
+    try {
+        model = Model::from_file(std::move(file));
+    } catch (const Error& e) {
+        why = e.what();
+        if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);
+        file = GgufFile::open(path);
+        if (file->tensors().empty()) why = "no tensors, a vocabulary-only file (" + why + ")";
+    }
+    const GgufFile& f = model ? *model->file : *file;
+    const json j = info_json(path, f, model.get(), why);
     if (o.json)
         std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     else
-        print_human(j, *model->file);
+        print_human(j, f);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,53 @@ TEST(Hardening, FifoAsModelFailsWithoutHanging) {
         EXPECT_TRUE(r.failed_cleanly()) << cmd << ": " << r;
         EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r;
     }
+}
+
+nlohmann::json info_json(const std::string& path) {
+    const auto r = run_cli({"info", "-m", path, "--json"}, std::chrono::seconds(30));
+    EXPECT_EQ(r.exit_code, 0) << r;
+    return nlohmann::json::parse(r.out, nullptr, false);
+}
+
+TEST(Hardening, InfoDescribesAVocabularyOnlyFile) {
+    test::TempDir tmp;
+    GgufWriter w;
+    w.set_str("general.architecture", "qwen2");
+    w.set_str("general.name", "vocab-only");
+    w.set_str("tokenizer.ggml.model", "gpt2");
+    w.set("tokenizer.ggml.tokens", tokens(10));
+    const std::string path = tmp.file("vocab.gguf");
+    w.write(path);
+    const nlohmann::json j = info_json(path);
+    EXPECT_EQ(j["runnable"], false);
+    EXPECT_EQ(j["architecture"], "qwen2");
+    EXPECT_EQ(j["tensor_count"], 0);
+    EXPECT_EQ(j["tokenizer"]["vocab_size"], 10);
+    EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"], "[STRING x 10]");
+    EXPECT_NE(j["not_runnable_because"].get<std::string>().find("vocabulary-only"), std::string::npos) << j;
+    const auto human = run_cli({"info", "-m", path}, std::chrono::seconds(30));
+    EXPECT_EQ(human.exit_code, 0) << human;
+    EXPECT_NE(human.out.find("runnable:      no: no tensors, a vocabulary-only file"), std::string::npos)
+        << human;
+    EXPECT_NE(human.out.find("general.name"), std::string::npos) << human;
+}
+
+TEST(Hardening, InfoDescribesAnUnknownArchitecture) {
+    test::TempDir tmp;
+    SynthSpec s;
+    s.arch = "gpt2";
+    const std::string path = tmp.file("gpt2.gguf");
+    write_synth_model(s, path);
+    const nlohmann::json j = info_json(path);
+    EXPECT_EQ(j["runnable"], false);
+    EXPECT_EQ(j["architecture"], "gpt2");
+    EXPECT_GT(j["tensor_count"].get<int>(), 0);
+    EXPECT_EQ(j["metadata"]["gpt2.block_count"], 2);
+    EXPECT_NE(j["not_runnable_because"].get<std::string>().find("unsupported architecture 'gpt2'"),
+              std::string::npos)
+        << j;
+    const auto run = run_cli({"run", "-m", path, "-p", "hi"}, std::chrono::seconds(30));
+    EXPECT_TRUE(run.failed_cleanly()) << run;
 }
 
 }  // namespace
