@@ -213,6 +213,12 @@ Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {
     Impl& s = *impl_;
     const size_t threads = size_t(s.opt.max_queue) + 64;  // every waiting or streaming request holds one
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a busy port.
+    s.http.set_socket_options([](int sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    s.http.set_keep_alive_timeout(2);  // an idle keep-alive connection delays shutdown this long at most
     s.http.set_payload_max_length(s.opt.body_limit);
     s.http.set_read_timeout(s.opt.timeout_s, 0);
     s.http.set_write_timeout(s.opt.timeout_s, 0);

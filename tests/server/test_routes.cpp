@@ -1,0 +1,265 @@
+// Every route of `minfer serve` and every class of bad request: each gets its status and OpenAI's error
+// envelope, and the server still answers afterwards.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "server_util.h"
+
+namespace minfer::test {
+namespace {
+
+using nlohmann::json;
+
+class Routes : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() { server_ = new TestServer(); }
+    static void TearDownTestSuite() {
+        delete server_;
+        server_ = nullptr;
+    }
+    static httplib::Result post(const std::string& path, const json& body) {
+        return server_->client()->Post(path.c_str(), body.dump(), "application/json");
+    }
+    static TestServer* server_;
+};
+TestServer* Routes::server_ = nullptr;
+
+void expect_error(const httplib::Result& r, int status, const std::string& type,
+                  const std::string& in_message) {
+    ASSERT_TRUE(r) << "no response: " << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, status) << r->body;
+    const json j = body_json(r);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_EQ(j["error"]["type"], type) << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"].contains("code"));
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(in_message), std::string::npos) << r->body;
+}
+
+TEST_F(Routes, HealthAndModelsArePublic) {
+    auto c = server_->client(false);
+    auto h = c->Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    EXPECT_EQ(body_json(h), json({{"status", "ok"}}));
+    auto m = c->Get("/v1/models");
+    ASSERT_TRUE(m);
+    ASSERT_EQ(m->status, 200);
+    const json j = body_json(m);
+    EXPECT_EQ(j["object"], "list");
+    ASSERT_EQ(j["data"].size(), 1u);
+    EXPECT_EQ(j["data"][0]["id"], "mini");
+    EXPECT_EQ(j["data"][0]["object"], "model");
+}
+
+TEST_F(Routes, KeyIsRequiredElsewhere) {
+    auto none = server_->client(false);
+    expect_error(none->Post("/v1/completions", R"({"prompt":"Hi"})", "application/json"), 401,
+                 "authentication_error", "API key");
+    expect_error(none->Get("/metrics"), 401, "authentication_error", "API key");
+    auto wrong = server_->client(false);
+    wrong->set_bearer_token_auth("test-key-0123456780");
+    expect_error(wrong->Post("/tokenize", R"({"content":"Hi"})", "application/json"), 401,
+                 "authentication_error", "API key");
+    httplib::Headers h{{"X-Api-Key", kKey}};
+    auto ok = none->Post("/tokenize", h, R"({"content":"Hi"})", "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(Routes, CompletionObject) {
+    auto r = post("/v1/completions",
+                  {{"prompt", "The list type"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = body_json(r);
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["model"], "mini");
+    EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+    EXPECT_TRUE(j["created"].is_number_integer());
+    ASSERT_EQ(j["choices"].size(), 1u);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_FALSE(j["choices"][0]["text"].get<std::string>().empty());
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+    EXPECT_EQ(j["usage"]["total_tokens"], 8);
+    EXPECT_TRUE(j["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+}
+
+TEST_F(Routes, ChatObjectAndPrefixCacheHits) {
+    const json body = {{"messages",
+                        {{{"role", "system"}, {"content", std::string(200, 'x')}},
+                         {{"role", "user"}, {"content", "Hello"}}}},
+                       {"max_completion_tokens", 4},
+                       {"temperature", 0}};
+    auto first = post("/v1/chat/completions", body);
+    ASSERT_TRUE(first);
+    ASSERT_EQ(first->status, 200) << first->body;
+    const json a = body_json(first);
+    EXPECT_EQ(a["object"], "chat.completion");
+    EXPECT_EQ(a["choices"][0]["message"]["role"], "assistant");
+    EXPECT_TRUE(a["choices"][0]["message"]["content"].is_string());
+    EXPECT_LE(a["usage"]["completion_tokens"].get<int>(), 4);
+    const json b = body_json(post("/v1/chat/completions", body));
+    // The same prompt again: its full 32-token blocks come from the prefix cache.
+    const int prompt = b["usage"]["prompt_tokens"];
+    EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], (prompt - 1) / 32 * 32) << b.dump();
+    EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+}
+
+TEST_F(Routes, StopStringsCutTheText) {
+    const json base = {
+        {"prompt", "The list type"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+    const std::string full = body_json(post("/v1/completions", base))["choices"][0]["text"];
+    ASSERT_GT(full.size(), 8u);
+    const std::string stop = full.substr(4, 3);
+    json with = base;
+    with["stop"] = {"\x01never", stop};
+    const json j = body_json(post("/v1/completions", with));
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["choices"][0]["text"], full.substr(0, full.find(stop)));
+}
+
+TEST_F(Routes, SeededSamplingIsReproducibleAndNChoicesDiffer) {
+    const json body = {{"prompt", "Once upon a time"},
+                       {"max_tokens", 16},
+                       {"temperature", 1.0},
+                       {"top_k", 0},
+                       {"top_p", 1.0},
+                       {"min_p", 0},
+                       {"seed", 42},
+                       {"n", 2},
+                       {"ignore_eos", true}};
+    const json a = body_json(post("/v1/completions", body)), b = body_json(post("/v1/completions", body));
+    ASSERT_EQ(a["choices"].size(), 2u) << a.dump();
+    EXPECT_EQ(a["choices"], b["choices"]);
+    EXPECT_NE(a["choices"][0]["text"], a["choices"][1]["text"]);
+    EXPECT_EQ(a["choices"][1]["index"], 1);
+    EXPECT_EQ(a["usage"]["completion_tokens"], 32);
+}
+
+TEST_F(Routes, TokenizeDetokenizeApplyTemplate) {
+    const json t = body_json(post("/tokenize", {{"content", "Hello world"}}));
+    ASSERT_TRUE(t["tokens"].is_array());
+    ASSERT_FALSE(t["tokens"].empty());
+    const json d = body_json(post("/detokenize", {{"tokens", t["tokens"]}}));
+    EXPECT_EQ(d["content"], "Hello world");
+    const json p = body_json(post("/tokenize", {{"content", "Hi"}, {"with_pieces", true}}));
+    EXPECT_TRUE(p["tokens"][0].contains("piece"));
+    const json a =
+        body_json(post("/apply-template", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}));
+    const std::string prompt = a["prompt"];
+    EXPECT_NE(prompt.find("Hi"), std::string::npos);
+    EXPECT_NE(prompt.find("<|im_start|>assistant"), std::string::npos) << prompt;
+}
+
+TEST_F(Routes, MetricsArePrometheusText) {
+    auto r = server_->client()->Get("/metrics");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    for (const char* name :
+         {"minfer_requests_processing", "minfer_requests_deferred", "minfer_prompt_tokens_total",
+          "minfer_prompt_seconds_total", "minfer_tokens_predicted_total",
+          "minfer_tokens_predicted_seconds_total", "minfer_kv_blocks_used", "minfer_kv_blocks_total",
+          "minfer_prefix_cache_hit_tokens_total"})
+        EXPECT_GE(metric(r->body, name), 0) << name << "\n" << r->body;
+    EXPECT_EQ(metric(r->body, "minfer_kv_blocks_total"), 4096 / 32);
+}
+
+// Each bad request class: its status and message; the server answers /health after all of them.
+TEST_F(Routes, BadRequestsGetTheirStatus) {
+    auto c = server_->client();
+    const char* json_type = "application/json";
+    expect_error(c->Post("/v1/completions", "{\"prompt\": ", json_type), 400, "invalid_request_error",
+                 "not valid JSON");
+    expect_error(c->Post("/v1/completions", "[1, 2]", json_type), 400, "invalid_request_error",
+                 "JSON object");
+    expect_error(post("/v1/completions", {{"prompt", 7}}), 400, "invalid_request_error", "'prompt'");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"temperature", "hot"}}), 400,
+                 "invalid_request_error", "'temperature' must be a number");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1.5}}), 400,
+                 "invalid_request_error", "'max_tokens' must be an integer");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_p", 3}}), 400, "invalid_request_error",
+                 "'top_p' must be between");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 0}}), 400, "invalid_request_error", "'n'");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1e15}}), 400,
+                 "invalid_request_error", "the context holds 4096");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop", {1}}}), 400, "invalid_request_error",
+                 "stop");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", true}}), 400, "invalid_request_error",
+                 "not supported");
+    expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}), 400,
+                 "invalid_request_error", "'messages[0].role' is 'wizard'");
+    expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "invalid_request_error",
+                 "at least one");
+    expect_error(post("/v1/chat/completions", {{"prompt", "x"}}), 400, "invalid_request_error", "'messages'");
+    expect_error(post("/detokenize", {{"tokens", {-1}}}), 400, "invalid_request_error", "token ids");
+    expect_error(c->Post("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", json_type), 400,
+                 "invalid_request_error", "UTF-8");
+    std::string words;
+    for (int i = 0; i < 5000; ++i) words += "hello ";
+    expect_error(post("/v1/completions", {{"prompt", words}}), 400, "invalid_request_error",
+                 "the context holds 4096");
+    expect_error(c->Post("/v1/completions", std::string(10 << 20, 'a'), json_type), 413,
+                 "invalid_request_error", "over the limit");
+    expect_error(c->Get("/v1/nothing"), 404, "not_found_error", "/v1/nothing");
+    expect_error(c->Post("/v1/models", "{}", json_type), 404, "not_found_error", "POST /v1/models");
+    auto h = c->Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+}
+
+// Bytes that are not JSON at all, at every route that takes a body: 400, never 500 or a hang.
+TEST_F(Routes, GarbageBodiesNeverGive500) {
+    auto c = server_->client();
+    const std::string bodies[] = {"",
+                                  "null",
+                                  "\"str\"",
+                                  "{\"messages\": {}}",
+                                  "{\"prompt\": [\"a\", \"b\"]}",
+                                  std::string("\0\x01\x02", 3),
+                                  "{\"content\": 1}",
+                                  "{\"tokens\": \"x\"}"};
+    for (const char* path :
+         {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/apply-template"})
+        for (const std::string& b : bodies) {
+            auto r = c->Post(path, b, "application/json");
+            ASSERT_TRUE(r) << path;
+            EXPECT_EQ(r->status, 400) << path << " " << b << " -> " << r->body;
+        }
+}
+
+TEST(ServerLifecycle, HealthIs503WhileLoadingAndQueueFullIs503) {
+    server::ServerOptions o;
+    o.port = 0;
+    o.log = false;
+    o.max_queue = 0;
+    server::Server srv(o);
+    const int port = srv.bind();
+    srv.start();
+    httplib::Client c("127.0.0.1", port);
+    auto loading = c.Get("/health");
+    ASSERT_TRUE(loading);
+    EXPECT_EQ(loading->status, 503);
+    EXPECT_EQ(c.Post("/v1/completions", R"({"prompt":"x"})", "application/json")->status, 503);
+    srv.serve_model(Model::load(default_model()), test_engine_params(1), "mini");
+    EXPECT_EQ(c.Get("/health")->status, 200);
+    // One slot, no queue: a long generation holds it, the next request is refused with Retry-After.
+    RawClient hog(port);
+    std::string body = R"({"prompt":"x","max_tokens":4000,"ignore_eos":true,"stream":true})";
+    ASSERT_TRUE(hog.post("/v1/completions", body));
+    hog.read_until("data: ", 2);
+    auto busy = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})", "application/json");
+    ASSERT_TRUE(busy);
+    EXPECT_EQ(busy->status, 503) << busy->body;
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+    EXPECT_NE(busy->body.find("busy"), std::string::npos);
+    hog.close();
+    srv.shutdown();
+    srv.wait();
+}
+
+}  // namespace
+}  // namespace minfer::test
