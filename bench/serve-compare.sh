@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# serve-compare.sh MODEL.gguf: `minfer serve` and llama.cpp's llama-server on the same file, the same
+# threads and the same machine, in one run, under the same load harness (../shared/tools/serve-load:
+# streamed completions, distinct prompts, greedy, ignore_eos). Each server runs in its best configuration:
+# minfer with -np NP over one shared KV cache; llama-server with -np NP, a unified KV cache (-kvu) and
+# requests at top_k 1 (its default sampler chain is slower; serve-load --extra '{"top_k": 1}'), the same
+# extra sent to both. Prints one markdown table per server and the aggregate tok/s ratio per level.
+# Environment: T (threads, default 2), NP (sequences, default 8), CTX (KV tokens, default 4096),
+# CONC (levels, default 1,4,8), REQ (requests per level, default 16), PROMPT (words, default 64),
+# GEN (generated tokens, default 32), DEVICE (cpu or cuda, default cpu), MINFER (binary, default
+# build/minfer), LLAMACPP (default ../shared/tools/llamacpp), LOAD (default ../shared/tools/serve-load).
+set -euo pipefail
+[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: serve-compare.sh MODEL.gguf" >&2; exit 2; }
+model=$1
+here=$(cd "$(dirname "$0")/.." && pwd)
+T=${T:-2} NP=${NP:-8} CTX=${CTX:-4096} CONC=${CONC:-1,4,8} REQ=${REQ:-16} PROMPT=${PROMPT:-64} GEN=${GEN:-32}
+DEVICE=${DEVICE:-cpu}
+MINFER=${MINFER:-$here/build/minfer}
+LLAMACPP=${LLAMACPP:-$here/../shared/tools/llamacpp}
+LOAD=${LOAD:-$here/../shared/tools/serve-load}
+EXTRA='{"top_k": 1}'
+[ -x "$MINFER" ] || { echo "serve-compare.sh: no minfer binary at $MINFER" >&2; exit 2; }
+
+pid=""
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  pid=""
+}
+trap cleanup EXIT
+
+# Waits until GET $1/health answers 200 (at most 300 s).
+wait_healthy() {
+  for _ in $(seq 600); do
+    curl -sf "$1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "serve-compare.sh: the server exited" >&2; return 1; }
+    sleep 0.5
+  done
+  echo "serve-compare.sh: $1 never became healthy" >&2
+  return 1
+}
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+load() {  # load URL LABEL: the harness at every level, its table under a heading
+  "$LOAD" --url "$1" --concurrency "$CONC" --requests "$REQ" --max-tokens "$GEN" --prompt-tokens "$PROMPT" \
+    --extra "$EXTRA" --json >"$tmp/$2.json"
+  echo "### $2"
+  echo
+  python3 - "$tmp/$2.json" <<'PY'
+import json, sys
+print("| conc | ok/req | gen tok/s | req/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | first error |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+for r in json.load(open(sys.argv[1])):
+    print(f"| {r['concurrency']} | {r['ok']}/{r['requests']} | {r['gen_tok_s']} | {r['req_s']} | "
+          f"{r['ttft_p50_ms']} ms | {r['ttft_p99_ms']} ms | {r['itl_p50_ms']} ms | {r['itl_p99_ms']} ms | "
+          f"{r['first_error'] or ''} |")
+PY
+  echo
+}
+
+tmp=$(mktemp -d)
+echo "model $(basename "$model"), $T threads, -np $NP, -c $CTX, $PROMPT-word prompts, $GEN generated, $REQ requests per level"
+echo
+
+port=$(free_port)
+"$MINFER" serve -m "$model" --port "$port" -t "$T" -np "$NP" -c "$CTX" --device "$DEVICE" >/dev/null 2>"$tmp/minfer.err" &
+pid=$!
+wait_healthy "http://127.0.0.1:$port"
+load "http://127.0.0.1:$port" minfer
+cleanup
+
+port=$(free_port)
+"$LLAMACPP" llama-server -m "$model" --port "$port" -t "$T" -np "$NP" -c "$CTX" -kvu >/dev/null 2>"$tmp/llama.err" &
+pid=$!
+wait_healthy "http://127.0.0.1:$port"
+load "http://127.0.0.1:$port" llama-server
+cleanup
+
+echo "### minfer / llama-server"
+echo
+python3 - "$tmp/minfer.json" "$tmp/llama-server.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print("| conc | minfer tok/s | llama-server tok/s | ratio | TTFT p50 minfer / llama-server |")
+print("|---:|---:|---:|---:|---:|")
+for x, y in zip(a, b):
+    ratio = x["gen_tok_s"] / y["gen_tok_s"] if y["gen_tok_s"] else float("nan")
+    print(f"| {x['concurrency']} | {x['gen_tok_s']} | {y['gen_tok_s']} | {ratio:.2f} | "
+          f"{x['ttft_p50_ms']} / {y['ttft_p50_ms']} ms |")
+PY
+rm -rf "$tmp"
