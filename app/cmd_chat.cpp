@@ -122,6 +122,7 @@ void chat(const ChatOptions& o) {
     const ChatPrompt prompt(*model->file, *tok);
     Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, false, o.kv_type});
     Chat c(o, session, *tok, prompt);
+    std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.sampling.seed));
 
     // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
     struct sigaction sa = {};
@@ -148,7 +149,10 @@ void add_chat_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("chat", "Chat with the model: user lines on stdin (/reset, /exit)");
     c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
     c->add_option("--system", o->system, "System message (also -sys)");
-    c->add_option("-n,--n-predict", o->n_predict, "Most tokens per answer")->check(int_in(0, 1 << 24));
+    c->add_option("-n,--n-predict", o->n_predict, "Most tokens per answer (-1: until the end)")
+        ->type_name("INT")
+        ->capture_default_str()
+        ->transform(n_predict_check());
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -72,6 +73,7 @@ std::vector<std::string> read_prompts(const std::string& path) {
 // answers printed in input order once all are done.
 void run_parallel(const RunOptions& o) {
     if (o.file.empty()) throw Error("--parallel needs a prompts file: -f FILE (one prompt per line)");
+    std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.gen.sampling.seed));
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
     const auto tok = Tokenizer::from_gguf(*model->file);
@@ -101,9 +103,23 @@ void run_parallel(const RunOptions& o) {
     }
 }
 
-void run(const RunOptions& o) {
+// -f FILE without --parallel: the whole file is the prompt (as llama.cpp's -f), for prompts too long
+// for a command line.
+std::string read_prompt_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open the prompt file");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw Error(path + ": read failed");
+    return text;
+}
+
+void run(RunOptions o) {
     if (o.parallel > 0) return run_parallel(o);
-    if (!o.file.empty()) throw Error("-f FILE runs its prompts with --parallel N");
+    if (!o.file.empty()) {
+        if (!o.prompt.empty()) throw Error("give -p TEXT or -f FILE, not both");
+        o.prompt = read_prompt_file(o.file);
+        if (o.prompt.empty()) throw Error(o.file + ": the prompt file is empty");
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
@@ -117,6 +133,7 @@ void run(const RunOptions& o) {
                                                              : parse_ids(o.prompt_ids, "--prompt-ids");
     if (o.dump.requested()) return dump_graph(session, session.params_for(int64_t(prompt.size()), 1), o.dump);
 
+    std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.gen.sampling.seed));
     auto stream = [&](std::string_view text) { std::cout << text << std::flush; };
     const GenerateResult r =
         generate(session, *tok, prompt, o.gen, o.json ? std::function<void(std::string_view)>() : stream);
@@ -148,7 +165,10 @@ void add_run_command(CLI::App& app) {
         ->excludes(sys);
     chat->excludes(ids);
     sys->excludes(ids);
-    c->add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate")->check(int_in(0, 1 << 24));
+    c->add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate (-1: until the end)")
+        ->type_name("INT")
+        ->capture_default_str()
+        ->transform(n_predict_check());
     c->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)")
         ->check(int_in(0, 1 << 24));
     c->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(int_in(0, 1024));
@@ -164,7 +184,7 @@ void add_run_command(CLI::App& app) {
     c->add_option("--parallel", o->parallel,
                   "Run the prompts of -f through the batching scheduler, N at once")
         ->check(int_in(1, 1024));
-    c->add_option("-f,--file", o->file, "Prompts file for --parallel, one prompt per line");
+    c->add_option("-f,--file", o->file, "Prompt file (with --parallel: one prompt per line)");
     c->add_flag("--deterministic", o->deterministic,
                 "Batch-invariant arithmetic: a prompt's tokens do not depend on what runs beside it");
     o->dump.add_to(*c);

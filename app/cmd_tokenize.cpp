@@ -2,12 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "chat_prompt.h"
 #include "common.h"
 #include "gguf/gguf.h"
-#include "tokenizer/template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -16,7 +17,7 @@ namespace minfer {
 namespace {
 
 struct TokenizeOptions {
-    std::string model, prompt, ids, messages;
+    std::string model, prompt, prompt_file, ids, messages;
     bool no_special = false, json = false, add_generation_prompt = false;
 };
 
@@ -24,10 +25,20 @@ std::unique_ptr<GgufFile> open_model(const std::string& path) {
     return GgufFile::open(path.empty() ? default_model_path() : path);
 }
 
+// -p TEXT, or -f FILE (the whole file).
+std::string text_of(const TokenizeOptions& o) {
+    if (o.prompt_file.empty() == o.prompt.empty()) throw Error("give exactly one of -p TEXT or -f FILE");
+    if (o.prompt_file.empty()) return o.prompt;
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) throw Error(o.prompt_file + ": cannot open");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 void tokenize(const TokenizeOptions& o) {
+    const std::string text = text_of(o);
     const auto file = open_model(o.model);
     const auto tok = Tokenizer::from_gguf(*file);
-    const std::vector<int32_t> ids = tok->encode(o.prompt, true, !o.no_special);
+    const std::vector<int32_t> ids = tok->encode(text, true, !o.no_special);
     if (!o.json) {
         for (int32_t id : ids) std::cout << id << " '" << tok->token_to_bytes(id) << "'\n";
         return;
@@ -50,16 +61,17 @@ void detokenize(const TokenizeOptions& o) {
     std::cout << tok->decode(ids) << "\n";
 }
 
+// The template sees the variables chat and run --chat give it (bos_token, eos_token: ChatPrompt).
 void render_template(const TokenizeOptions& o) {
     const auto file = open_model(o.model);
-    if (!file->has("tokenizer.chat_template")) throw Error(file->path() + ": the model has no chat template");
+    const auto tok = Tokenizer::from_gguf(*file);
+    const ChatPrompt prompt(*file, *tok);
     std::ifstream f(o.messages);
     if (!f) throw Error(o.messages + ": cannot open");
     const auto messages = nlohmann::ordered_json::parse(f, nullptr, false);
     if (messages.is_discarded() || !messages.is_array())
         throw Error(o.messages + ": expected a JSON array of messages");
-    std::cout << render_chat_template(file->get_str("tokenizer.chat_template"), messages,
-                                      o.add_generation_prompt);
+    std::cout << prompt.render(messages, o.add_generation_prompt);
 }
 
 }  // namespace
@@ -68,7 +80,8 @@ void add_tokenize_commands(CLI::App& app) {
     auto o = std::make_shared<TokenizeOptions>();
     CLI::App* t = app.add_subcommand("tokenize", "Text to token ids");
     t->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
-    t->add_option("-p,--prompt", o->prompt, "Text")->required();
+    t->add_option("-p,--prompt", o->prompt, "Text");
+    t->add_option("-f,--file", o->prompt_file, "File whose whole text is tokenized");
     t->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");
     t->add_flag("--json", o->json, "Print {ids, pieces}");
     t->callback([o] { tokenize(*o); });

@@ -1,12 +1,16 @@
 #include "common.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -74,7 +78,22 @@ CLI::Validator float_in(double lo, double hi) {
                 return "must be between " + format_bound(lo) + " and " + format_bound(hi) + ", got " + s;
             return {};
         },
-        "FLOAT in [" + format_bound(lo) + ", " + format_bound(hi) + "]");
+        std::isinf(lo) && std::isinf(hi) ? "finite"
+                                         : "in [" + format_bound(lo) + ", " + format_bound(hi) + "]");
+}
+
+CLI::Validator n_predict_check() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            int64_t v = 0;
+            const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            if (ec != std::errc() || ptr != s.data() + s.size() || v < -1 || v > kUntilTheEnd)
+                return "expected -1 (until the end of generation or context) or 0.." +
+                       std::to_string(kUntilTheEnd) + ", got '" + s + "'";
+            if (v == -1) s = std::to_string(kUntilTheEnd);
+            return {};
+        },
+        "");
 }
 
 namespace {
@@ -91,17 +110,42 @@ void draw_progress(size_t done, size_t total, void*) {
 
 void add_sampling_options(CLI::App& c, SamplerParams& p) {
     // Every float is checked finite (NaN passes any comparison-based range check).
-    c.add_option("--temp", p.temp, "Temperature (<= 0: greedy)")->check(float_in(-1e6, 1e6));
-    c.add_option("--top-k", p.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30));
-    c.add_option("--top-p", p.top_p, "Top-p (1: off)")->check(float_in(0.0, 1.0));
-    c.add_option("--min-p", p.min_p, "Min-p (0: off)")->check(float_in(0.0, 1.0));
+    constexpr double kAny = HUGE_VAL;
+    c.add_option("--temp", p.temp, "Temperature (<= 0: greedy)")
+        ->check(float_in(-kAny, kAny))
+        ->capture_default_str();
+    c.add_option("--top-k", p.top_k, "Top-k (0: off)")->check(int_in(0, 1 << 30))->capture_default_str();
+    c.add_option("--top-p", p.top_p, "Top-p (1: off)")->check(float_in(0.0, 1.0))->capture_default_str();
+    c.add_option("--min-p", p.min_p, "Min-p (0: off)")->check(float_in(0.0, 1.0))->capture_default_str();
     c.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)")
-        ->check(float_in(0.0, 100.0));
+        ->check(float_in(0.0, 100.0))
+        ->capture_default_str();
     c.add_option("--presence-penalty", p.presence_penalty, "Presence penalty (0: off)")
-        ->check(float_in(-1e6, 1e6));
+        ->check(float_in(-kAny, kAny))
+        ->capture_default_str();
     c.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty (0: off)")
-        ->check(float_in(-1e6, 1e6));
-    c.add_option("--seed", p.seed, "Sampling seed");
+        ->check(float_in(-kAny, kAny))
+        ->capture_default_str();
+    // As llama.cpp: a random seed unless one is given (-1 also draws one); the commands print it.
+    p.seed = random_seed();
+    c.add_option("--seed", p.seed, "Sampling seed (default: random; -1: random)")
+        ->type_name("INT")
+        ->transform(CLI::Validator(
+            [](std::string& s) -> std::string {
+                uint64_t v = 0;
+                const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+                if (s == "-1")
+                    s = std::to_string(random_seed());
+                else if (ec != std::errc() || ptr != s.data() + s.size())
+                    return "expected -1 (random) or an integer in 0..2^64-1, got '" + s + "'";
+                return {};
+            },
+            ""));
+}
+
+uint64_t random_seed() {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd();
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, BackendKind device) {
@@ -147,11 +191,37 @@ void add_ubatch_option(CLI::App& app, int64_t& n_ubatch) {
         ->check(int_in(1, 1 << 20));
 }
 
+namespace {
+
+// Maps a case-insensitive name to its enum value (as the integer CLI11 converts); the error and the
+// help list the names.
+template <typename E>
+CLI::Validator one_of(std::vector<std::pair<std::string, E>> choices) {
+    return CLI::Validator(
+        [choices](std::string& s) -> std::string {
+            std::string lower = s;
+            for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+            std::string names;
+            for (const auto& [name, value] : choices) {
+                if (lower == name) {
+                    s = std::to_string(static_cast<int64_t>(value));
+                    return {};
+                }
+                names += (names.empty() ? "" : ", ") + name;
+            }
+            return "expected one of " + names + ", got '" + s + "'";
+        },
+        "");
+}
+
+}  // namespace
+
 void add_kv_type_option(CLI::App& app, GgmlType& type) {
-    static const std::map<std::string, GgmlType> types{
-        {"f32", GgmlType::F32}, {"f16", GgmlType::F16}, {"q8_0", GgmlType::Q8_0}};
-    app.add_option("--kv-type", type, "KV cache element type: f32, f16 or q8_0 (default: f32; CPU)")
-        ->transform(CLI::CheckedTransformer(types, CLI::ignore_case));
+    app.add_option("--kv-type", type, "KV cache element type (CPU)")
+        ->type_name("f32|f16|q8_0")
+        ->default_str("f32")
+        ->transform(
+            one_of<GgmlType>({{"f32", GgmlType::F32}, {"f16", GgmlType::F16}, {"q8_0", GgmlType::Q8_0}}));
 }
 
 void add_kv_mem_option(CLI::App& app, int64_t& bytes) {
@@ -161,10 +231,95 @@ void add_kv_mem_option(CLI::App& app, int64_t& bytes) {
 }
 
 void add_device_option(CLI::App& app, BackendKind& device) {
-    static const std::map<std::string, BackendKind> kinds{{"cpu", BackendKind::Cpu},
-                                                          {"cuda", BackendKind::Cuda}};
-    app.add_option("--device", device, "Where to run: cpu or cuda (default: cpu)")
-        ->transform(CLI::CheckedTransformer(kinds, CLI::ignore_case));
+    CLI::Option* dev =
+        app.add_option("--device", device, "Where to run")
+            ->type_name("cpu|cuda")
+            ->default_str("cpu")
+            ->transform(one_of<BackendKind>({{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}}));
+    // llama.cpp's -ngl N / --n-gpu-layers N: N > 0 runs every layer on the GPU (--device cuda).
+    app.add_option_function<int64_t>(
+           "--n-gpu-layers,--gpu-layers",
+           [&device](int64_t n) { device = n > 0 ? BackendKind::Cuda : BackendKind::Cpu; },
+           "As llama.cpp: N > 0 means --device cuda (all layers), 0 --device cpu")
+        ->type_name("N")
+        ->check(int_in(-1, 1 << 20))
+        ->excludes(dev);
+}
+
+namespace {
+
+// Single-dash spellings of llama.cpp that CLI11 cannot take (its short names are one letter).
+struct Alias {
+    const char* from;
+    const char* to;
+};
+constexpr Alias kAliases[] = {{"-sys", "--system"},
+                              {"-ngl", "--n-gpu-layers"},
+                              {"-np", "--parallel"},
+                              {"-ub", "--ubatch-size"},
+                              {"-no-cnv", "--no-template"}};
+
+// -ab..., not a negative number (-nan and -inf are values, which the numeric checks reject).
+bool is_multi_letter_flag(std::string_view a) {
+    std::string lower(a);
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "-nan" || lower == "-inf" || lower == "-infinity") return false;
+    if (a.size() < 3 || a[0] != '-' || !std::isalpha(static_cast<unsigned char>(a[1]))) return false;
+    return std::all_of(a.begin() + 1, a.end(), [](char c) {
+        return std::isalpha(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    });
+}
+
+std::string command_list(const CLI::App& app) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+    return names;
+}
+
+// CLI11's messages with the "error: " prefix every other failure has; an unexpected word where a
+// command belongs is an unknown command, an unexpected dash argument an unknown option.
+std::string failure_message(const CLI::App* app, const CLI::Error& e) {
+    std::string msg = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+        const std::vector<std::string> rest = app->remaining(true);
+        const bool no_command = app->get_subcommands().empty();
+        if (!rest.empty() && no_command && rest[0].rfind('-', 0) != 0)
+            msg = "unknown command '" + rest[0] + "' (commands: " + command_list(*app) + ")";
+        else if (!rest.empty() && rest[0].rfind('-', 0) == 0)
+            msg = "unknown option '" + rest[0] + "'";
+    }
+    return "error: " + msg + "\nRun with --help for more information.\n";
+}
+
+}  // namespace
+
+void normalize_args(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (a == "--") return;
+        if (!is_multi_letter_flag(a)) continue;
+        const Alias* alias = nullptr;
+        for (const Alias& al : kAliases)
+            if (a == al.from) alias = &al;
+        if (!alias) {
+            const std::string hint = a == "-cnv" ? " (for a conversation use 'minfer chat')" : "";
+            throw Error(
+                "unknown option '" + std::string(a) + "'" + hint +
+                " (short options are one letter; llama.cpp spellings taken: -sys, -ngl, -ub, -np, -no-cnv)");
+        }
+        argv[i] = const_cast<char*>(alias->to);
+    }
+}
+
+void configure_app(CLI::App& app) {
+    app.failure_message(failure_message);
+#ifdef MINFER_HAVE_CUDA
+    constexpr const char* kCuda = "with CUDA";
+#else
+    constexpr const char* kCuda = "without CUDA";
+#endif
+    app.set_version_flag("--version", std::string("minfer (built ") + __DATE__ + ", " + kCuda + ")");
 }
 
 }  // namespace minfer

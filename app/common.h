@@ -45,10 +45,23 @@ CLI::Validator int_in(int64_t lo, int64_t hi);
 // CLI11 validator for a finite floating-point flag in [lo, hi] (NaN and infinities rejected).
 CLI::Validator float_in(double lo, double hi);
 
+// A random 64-bit seed (the default --seed, as llama.cpp draws one).
+uint64_t random_seed();
+// -n: -1 means until the end of generation or of the context (kUntilTheEnd tokens at most).
+inline constexpr int64_t kUntilTheEnd = int64_t{1} << 24;
+CLI::Validator n_predict_check();
+
+// Before parsing: rewrites llama.cpp's multi-letter single-dash flags CLI11 cannot take (-sys, -ngl,
+// -ub, -no-cnv) to their long forms; throws Error("unknown option ...") for any other (-cnv, -fa),
+// which CLI11 would misread as a one-letter flag and a value (-c nv).
+void normalize_args(int argc, char** argv);
+// "error: " before argument errors, "unknown command"/"unknown option" for unexpected words, --version.
+void configure_app(CLI::App& app);
+
 // --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --seed
 void add_sampling_options(CLI::App& app, SamplerParams& p);
 
-// --device cpu|cuda
+// --device cpu|cuda, and llama.cpp's --n-gpu-layers N (-ngl): N > 0 means cuda
 void add_device_option(CLI::App& app, BackendKind& device);
 // --ubatch-size (llama.cpp's -ub): most prompt tokens per forward pass (SessionParams::n_ubatch)
 void add_ubatch_option(CLI::App& app, int64_t& n_ubatch);

@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
         if (std::string_view(argv[i]) == "-sys") argv[i] = system_flag;
         if (std::string_view(argv[i]) == "-np") argv[i] = parallel_flag;
     }
+    minfer::configure_app(app);
     try {
+        minfer::normalize_args(argc, argv);
         app.parse(argc, argv);
         if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");
     } catch (const CLI::ParseError& e) {

@@ -68,5 +68,32 @@ TEST(JinjaErrors, BadInputs) {
     EXPECT_THROW(render_chat_template("x", nlohmann::json::array(), false, nlohmann::json::array()), Error);
 }
 
+// A template's error message may carry its own text (raise_exception, an unexpected character): control
+// bytes are escaped so that printing it cannot drive the terminal.
+TEST(JinjaErrors, ControlBytesInMessagesAreEscaped) {
+    const std::string esc = "\x1b[2J";
+    const std::vector<std::string> templates = {"{{ raise_exception('" + esc + "boom\x07') }}",
+                                                "{{ 1 " + esc + " }}", "{{ x }}\x01{{ nofilter | \x9b }}",
+                                                "{{ raise_exception('\xc2\x9b"
+                                                "2J') }}"};
+    for (const std::string& tmpl : templates) {
+        SCOPED_TRACE(tmpl);
+        try {
+            render_vars(tmpl);
+            ADD_FAILURE() << "rendered";
+        } catch (const Error& e) {
+            const std::string msg = e.what();
+            for (unsigned char c : msg)
+                EXPECT_TRUE(c >= 0x20 && c != 0x7f) << "raw byte " << int(c) << ": " << msg;
+            EXPECT_EQ(msg.find("\xc2\x9b"), std::string::npos) << msg;
+        }
+    }
+    expect_error("{{ raise_exception('" + esc + "boom') }}", {"\\x1b[2Jboom"});
+    expect_error(
+        "{{ raise_exception('\xc2\x9b"
+        "x') }}",
+        {"\\u009bx"});
+}
+
 }  // namespace
 }  // namespace minfer::test

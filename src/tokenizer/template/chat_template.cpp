@@ -7,6 +7,27 @@ namespace minfer {
 
 namespace {
 
+// Control bytes (and C1 controls encoded as UTF-8) as \xNN escapes, so that a template's error
+// message cannot move the terminal's cursor or rewrite what was printed before.
+std::string escape_controls(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const bool c1 = c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                        static_cast<unsigned char>(s[i + 1]) < 0xA0;
+        if (c >= 0x20 && c != 0x7f && !c1) {
+            out += static_cast<char>(c);
+            continue;
+        }
+        const unsigned code = c1 ? static_cast<unsigned char>(s[++i]) : c;
+        const char hex[] = "0123456789abcdef";
+        out += c1 ? "\\u00" : "\\x";
+        out += hex[code >> 4];
+        out += hex[code & 15];
+    }
+    return out;
+}
+
 template <typename Json>
 std::string render_impl(const std::string& tmpl, const Json& messages, bool add_generation_prompt,
                         const Json& extra) {
@@ -22,7 +43,11 @@ std::string render_impl(const std::string& tmpl, const Json& messages, bool add_
     if (extra.is_object())
         for (auto it = extra.begin(); it != extra.end(); ++it)
             globals.emplace_back(it.key(), jinja::Value::from_json(it.value()));
-    return jinja::render(jinja::parse_template(tmpl), globals);
+    try {
+        return jinja::render(jinja::parse_template(tmpl), globals);
+    } catch (const Error& e) {
+        throw Error(escape_controls(e.what()));
+    }
 }
 
 }  // namespace
