@@ -118,6 +118,7 @@ void Chat::turn(const std::string& user) {
 
 void chat(const ChatOptions& o) {
     const auto model = load_model(o.model, o.device);
+    warn_beyond_training(*model, o.n_ctx);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const ChatPrompt prompt(*model->file, *tok);
     Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, false, o.kv_type});

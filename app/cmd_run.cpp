@@ -76,6 +76,7 @@ void run_parallel(const RunOptions& o) {
     std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.gen.sampling.seed));
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
+    warn_beyond_training(*model, o.n_ctx);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const std::vector<std::string> texts = read_prompts(o.file);
     EngineParams ep = engine_params(*model, session_params(o));
@@ -123,6 +124,7 @@ void run(RunOptions o) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const auto model = load_model(path, o.device);
+    warn_beyond_training(*model, o.n_ctx);
     const auto tok = Tokenizer::from_gguf(*model->file);
     Session session(*model, session_params(o));
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

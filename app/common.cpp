@@ -160,6 +160,14 @@ std::unique_ptr<Model> load_model(const std::string& path, BackendKind device) {
     return model;
 }
 
+void warn_beyond_training(const Model& m, int64_t n_ctx) {
+    if (n_ctx > m.hp.n_ctx_train)
+        std::fprintf(stderr,
+                     "warning: -c %lld is beyond the %lld tokens the model was trained on; output past them "
+                     "may degrade\n",
+                     static_cast<long long>(n_ctx), static_cast<long long>(m.hp.n_ctx_train));
+}
+
 std::string default_model_path() {
     const char* env = std::getenv("MINFER_DEFAULT_MODEL");
     return env && *env ? env : MINFER_DEFAULT_MODEL;

@@ -28,6 +28,9 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
 // tokens are not slowed by page faults.
 std::unique_ptr<Model> load_model(const std::string& path, BackendKind device);
 
+// Prints a warning when the context size asked for exceeds the model's training context.
+void warn_beyond_training(const Model& m, int64_t n_ctx);
+
 // The embedded default model (models/ next to the binary's source tree or install prefix).
 std::string default_model_path();
 

@@ -154,6 +154,17 @@ TEST(CliFlags, NPredictMinusOneRunsToTheEndOfTheContext) {
     expect_error({"run", "-p", "hi", "-n", "-2"}, {"--n-predict", "-2"});
 }
 
+TEST(CliFlags, ContextBeyondTrainingWarns) {
+    const CliResult beyond = cli({"run", "-p", "hi", "-n", "1", "-c", "4160", "--temp", "0"});
+    ASSERT_EQ(beyond.exit_code, 0) << beyond;
+    EXPECT_NE(beyond.err.find("warning: -c 4160 is beyond the 4096 tokens the model was trained on"),
+              std::string::npos)
+        << beyond;
+    const CliResult within = cli({"run", "-p", "hi", "-n", "1", "-c", "4096", "--temp", "0"});
+    ASSERT_EQ(within.exit_code, 0) << within;
+    EXPECT_EQ(within.err.find("warning:"), std::string::npos) << within;
+}
+
 TEST(CliFlags, Version) {
     const CliResult r = cli({"--version"});
     EXPECT_EQ(r.exit_code, 0) << r;

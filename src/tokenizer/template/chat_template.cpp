@@ -34,15 +34,20 @@ std::string render_impl(const std::string& tmpl, const Json& messages, bool add_
     if (!messages.is_array()) throw Error("chat template: messages must be a JSON array");
     if (!extra.is_null() && !extra.is_object())
         throw Error("chat template: extra variables must be a JSON object");
-    std::vector<std::pair<std::string, jinja::Value>> globals = {
-        {"messages", jinja::Value::from_json(messages)},
-        {"tools", jinja::Value(nullptr)},
-        {"documents", jinja::Value(nullptr)},
-        {"add_generation_prompt", jinja::Value(add_generation_prompt)},
-    };
-    if (extra.is_object())
-        for (auto it = extra.begin(); it != extra.end(); ++it)
-            globals.emplace_back(it.key(), jinja::Value::from_json(it.value()));
+    std::vector<std::pair<std::string, jinja::Value>> globals;
+    try {
+        globals = {
+            {"messages", jinja::Value::from_json(messages)},
+            {"tools", jinja::Value(nullptr)},
+            {"documents", jinja::Value(nullptr)},
+            {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+        };
+        if (extra.is_object())
+            for (auto it = extra.begin(); it != extra.end(); ++it)
+                globals.emplace_back(it.key(), jinja::Value::from_json(it.value()));
+    } catch (const jinja::EvalError& e) {
+        throw Error(std::string("chat template variables: ") + e.what());
+    }
     try {
         return jinja::render(jinja::parse_template(tmpl), globals);
     } catch (const Error& e) {
