@@ -10,6 +10,22 @@ int32_t argmax(std::span<const float> v) {
     return int32_t(std::max_element(v.begin(), v.end()) - v.begin());  // first maximum
 }
 
+TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int n_top) {
+    const float max = logits[size_t(argmax(logits))];
+    double sum = 0;
+    for (const float l : logits) sum += std::exp(double(l - max));
+    const auto lse = float(double(max) + std::log(sum));
+    TokenLogprob out{id, logits[size_t(id)] - lse, {}};
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const auto n = std::min(size_t(std::max(n_top, 0)), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(n), ids.end(), [&](int32_t a, int32_t b) {
+        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], logits[size_t(ids[i])] - lse);
+    return out;
+}
+
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
 void Sampler::reset() {

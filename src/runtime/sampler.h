@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace minfer {
@@ -42,5 +43,14 @@ class Sampler {
 
 // Index of the largest value (lowest index on ties).
 int32_t argmax(std::span<const float> v);
+
+// A token's log-probability under the model (log-softmax of the raw logits, before penalties and
+// sampling filters) and the n_top most likely tokens with theirs, most likely first (ties: lowest id).
+struct TokenLogprob {
+    int32_t id = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int n_top);
 
 }  // namespace minfer

@@ -20,6 +20,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer {
@@ -39,6 +40,10 @@ struct GenerationRequest {
     GenerateParams gen;  // n_predict, ignore_eos, sampling (seed included), stop; should_stop unused
     std::function<void(std::string_view)> on_text;         // safe text as it comes (scheduler thread)
     std::function<void(const GenerationResult&)> on_done;  // once, at the end (scheduler thread)
+    // With n_logprobs >= 0, each generated token's log-probability and n_logprobs alternatives, before
+    // its text reaches on_text (scheduler thread). The end-of-generation token that stops gets none.
+    int n_logprobs = -1;
+    std::function<void(const TokenLogprob&)> on_logprob = {};
 };
 
 class Scheduler {

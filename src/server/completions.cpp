@@ -37,8 +37,20 @@ struct Stream {
     ResponseMeta meta;
     bool include_usage = false;
     uint64_t seen = 0;
-    std::vector<bool> started, finished;  // per choice: role chunk sent, finish chunk sent
+    std::vector<bool> started, finished;        // per choice: role chunk sent, finish chunk sent
+    std::vector<size_t> logprobs_sent, offset;  // per choice: logprobs streamed, their text's bytes
 };
+
+// The logprobs of choice i not streamed yet (none unless asked); job mu held.
+std::vector<TokenLogprob> new_logprobs(Stream& s, size_t i, size_t& offset) {
+    if (!s.meta.tok) return {};
+    const std::vector<TokenLogprob>& all = s.job->choices[i].logprobs;
+    std::vector<TokenLogprob> out(all.begin() + std::ptrdiff_t(s.logprobs_sent[i]), all.end());
+    s.logprobs_sent[i] = all.size();
+    offset = s.offset[i];
+    for (const TokenLogprob& t : out) s.offset[i] += s.meta.tok->token_to_bytes(t.id).size();
+    return out;
+}
 
 // The events that became available: per choice its role (chat, first chunk), new text, its finish; after
 // the last choice the usage chunk when asked and [DONE]. Sets `end` once everything is written.
@@ -50,11 +62,14 @@ std::string next_events(Stream& s, bool& end) {
         std::string text = std::exchange(c.pending, {});
         const bool finish = c.done && !s.finished[i];
         if (text.empty() && !finish) continue;
-        Delta d{i, s.meta.endpoint == Endpoint::Chat && !s.started[i], std::move(text), std::nullopt};
+        Delta d{i, s.meta.endpoint == Endpoint::Chat && !s.started[i], std::move(text), std::nullopt, {}, 0};
+        d.logprobs = new_logprobs(s, i, d.offset);
         s.started[i] = true;
         if (d.role || !d.text.empty()) out += sse_event(chunk_json(s.meta, d));
         if (finish) {
-            out += sse_event(chunk_json(s.meta, {i, false, "", c.result.finish}));
+            Delta end{i, false, "", c.result.finish, {}, 0};
+            end.logprobs = new_logprobs(s, i, end.offset);
+            out += sse_event(chunk_json(s.meta, end));
             s.finished[i] = true;
         }
     }
@@ -78,6 +93,8 @@ void respond_streaming(EngineLoop& loop, std::shared_ptr<Job> job, const Respons
     s->include_usage = usage;
     s->started.assign(s->job->choices.size(), false);
     s->finished.assign(s->job->choices.size(), false);
+    s->logprobs_sent.assign(s->job->choices.size(), 0);
+    s->offset.assign(s->job->choices.size(), 0);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -107,7 +124,10 @@ void respond_whole(const std::shared_ptr<Job>& job, const ResponseMeta& meta, ht
     if (!job->error.empty()) throw engine_error(job->error);
     const std::vector<GenerationResult> results = results_of(*job);
     count_tokens(results);
-    res.set_content(dump(completion_json(meta, results)), "application/json");
+    std::vector<std::vector<TokenLogprob>> logprobs;
+    if (meta.tok)
+        for (const Job::Choice& c : job->choices) logprobs.push_back(c.logprobs);
+    res.set_content(dump(completion_json(meta, results, logprobs)), "application/json");
 }
 
 }  // namespace
@@ -124,8 +144,9 @@ void handle_completion(const CompletionContext& ctx, const httplib::Request& req
     r.gen.n_predict = r.max_tokens.value_or(ctx.loop.n_ctx() - int64_t(prompt.size()));
     if (!r.seed_given) r.gen.sampling.seed = std::random_device{}();
     request_tokens().prompt = int64_t(prompt.size());
-    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n);
-    const ResponseMeta meta = make_meta(endpoint, ctx.model_name);
+    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n, r.logprobs);
+    ResponseMeta meta = make_meta(endpoint, ctx.model_name);
+    if (r.logprobs >= 0) meta.tok = &ctx.prompt.tokenizer();
     if (r.stream)
         respond_streaming(ctx.loop, std::move(job), meta, r.include_usage, res);
     else

@@ -106,20 +106,28 @@ void EngineLoop::fail_all(const std::string& why) {
 }
 
 GenerationRequest EngineLoop::request_for(const std::shared_ptr<Job>& job, size_t i,
-                                          const std::vector<int32_t>& prompt, const GenerateParams& gen) {
+                                          const std::vector<int32_t>& prompt, const GenerateParams& gen,
+                                          int n_logprobs) {
     GenerationRequest r{prompt, gen, {}, {}};
     r.gen.sampling.seed = gen.sampling.seed + i;
     r.on_text = [this, job, i](std::string_view text) { on_text(*job, i, text); };
     r.on_done = [this, job, i](const GenerationResult& res) { on_done(*job, i, res); };
+    r.n_logprobs = n_logprobs;
+    if (n_logprobs >= 0)
+        r.on_logprob = [job, i](const TokenLogprob& t) {
+            std::lock_guard lock(job->mu);
+            job->choices[i].logprobs.push_back(t);
+        };
     return r;
 }
 
-std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, const GenerateParams& gen,
-                                        int n) {
+std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, const GenerateParams& gen, int n,
+                                        int n_logprobs) {
     auto job = std::make_shared<Job>();
     job->choices.resize(size_t(n));
     job->submitted = Clock::now();
-    for (int i = 1; i < n; ++i) job->followers.push_back(request_for(job, size_t(i), prompt, gen));
+    for (int i = 1; i < n; ++i)
+        job->followers.push_back(request_for(job, size_t(i), prompt, gen, n_logprobs));
     {
         std::lock_guard lock(mu_);
         if (draining_) throw ApiError(503, "server_error", "unavailable", "the server is shutting down");
@@ -133,7 +141,7 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
         jobs_.push_back(job);
     }
     try {
-        const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen));
+        const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen, n_logprobs));
         std::lock_guard lock(job->mu);
         job->choices[0].id = id;
     } catch (const Error& e) {

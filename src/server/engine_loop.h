@@ -32,7 +32,8 @@ struct Job {
         uint64_t id = 0;      // the scheduler's id, 0 until submitted
         std::string pending;  // streamed text not yet taken by the HTTP thread
         bool done = false;
-        GenerationResult result;  // once done
+        GenerationResult result;             // once done
+        std::vector<TokenLogprob> logprobs;  // per generated token, when asked
     };
 
     // Waits until something changed since `seen` (then updates it) or `timeout` passed; false on timeout.
@@ -60,9 +61,11 @@ class EngineLoop {
                const LoopOptions& o);
     ~EngineLoop();  // cancels what is left and joins the thread
 
-    // n choices of `prompt` (choice i samples with seed + i). Throws ApiError: 400 when the prompt does
-    // not fit the context, 503 when the queue is full or the server is shutting down.
-    std::shared_ptr<Job> submit(const std::vector<int32_t>& prompt, const GenerateParams& gen, int n);
+    // n choices of `prompt` (choice i samples with seed + i), each token's logprob and n_logprobs
+    // alternatives recorded when n_logprobs >= 0. Throws ApiError: 400 when the prompt does not fit the
+    // context, 503 when the queue is full or the server is shutting down.
+    std::shared_ptr<Job> submit(const std::vector<int32_t>& prompt, const GenerateParams& gen, int n,
+                                int n_logprobs = -1);
     void cancel(Job& job);  // any thread; a no-op for a finished job
     // Stops accepting, waits up to `grace` for the jobs in flight, then cancels the rest and waits up to
     // a second for them to end.
@@ -76,7 +79,8 @@ class EngineLoop {
     void publish_stats();
     void fail_all(const std::string& why);
     GenerationRequest request_for(const std::shared_ptr<Job>& job, size_t i,
-                                  const std::vector<int32_t>& prompt, const GenerateParams& gen);
+                                  const std::vector<int32_t>& prompt, const GenerateParams& gen,
+                                  int n_logprobs);
     void on_text(Job& job, size_t i, std::string_view text);
     void on_done(Job& job, size_t i, const GenerationResult& r);
     void release_followers(Job& job);  // job.mu held

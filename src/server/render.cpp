@@ -5,6 +5,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace minfer::server {
 
@@ -38,6 +39,54 @@ ResponseMeta make_meta(Endpoint endpoint, const std::string& model) {
             std::chrono::duration_cast<std::chrono::seconds>(now).count()};
 }
 
+namespace {
+
+json bytes_of(const std::string& s) {
+    json out = json::array();
+    for (const char c : s) out.push_back(int(static_cast<unsigned char>(c)));
+    return out;
+}
+
+json chat_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lp) {
+    auto entry = [&](int32_t id, float logprob) {
+        const std::string t = tok.token_to_bytes(id);
+        return json{{"token", t}, {"logprob", logprob}, {"bytes", bytes_of(t)}};
+    };
+    json content = json::array();
+    for (const TokenLogprob& t : lp) {
+        json e = entry(t.id, t.logprob);
+        e["top_logprobs"] = json::array();
+        for (const auto& [id, logprob] : t.top) e["top_logprobs"].push_back(entry(id, logprob));
+        content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lp, size_t& offset) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+    for (const TokenLogprob& t : lp) {
+        const std::string text = tok.token_to_bytes(t.id);
+        tokens.push_back(text);
+        token_logprobs.push_back(t.logprob);
+        json alternatives = json::object();
+        for (const auto& [id, logprob] : t.top) alternatives[tok.token_to_bytes(id)] = logprob;
+        top.push_back(std::move(alternatives));
+        offsets.push_back(offset);
+        offset += text.size();
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", token_logprobs},
+            {"top_logprobs", top},
+            {"text_offset", offsets}};
+}
+
+}  // namespace
+
+json logprobs_json(const ResponseMeta& m, const std::vector<TokenLogprob>& lp, size_t& offset) {
+    if (!m.tok) return nullptr;
+    return m.endpoint == Endpoint::Chat ? chat_logprobs(*m.tok, lp) : completion_logprobs(*m.tok, lp, offset);
+}
+
 const char* finish_name(FinishReason r) {
     return r == FinishReason::Stop ? "stop" : "length";
 }
@@ -53,11 +102,15 @@ json usage_json(const std::vector<GenerationResult>& results) {
             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
-json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results) {
+json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results,
+                     const std::vector<std::vector<TokenLogprob>>& logprobs) {
     json out = base(m, false);
     json choices = json::array();
     for (size_t i = 0; i < results.size(); ++i) {
-        json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_name(results[i].finish)}};
+        size_t offset = 0;
+        json c = {{"index", i},
+                  {"logprobs", i < logprobs.size() ? logprobs_json(m, logprobs[i], offset) : json(nullptr)},
+                  {"finish_reason", finish_name(results[i].finish)}};
         if (m.endpoint == Endpoint::Chat)
             c["message"] = {{"role", "assistant"}, {"content", results[i].text}};
         else
@@ -71,8 +124,9 @@ json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>&
 
 json chunk_json(const ResponseMeta& m, const Delta& d) {
     json out = base(m, true);
+    size_t offset = d.offset;
     json c = {{"index", d.index},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs_json(m, d.logprobs, offset)},
               {"finish_reason", d.finish ? json(finish_name(*d.finish)) : json(nullptr)}};
     if (m.endpoint == Endpoint::Chat) {
         json delta = json::object();

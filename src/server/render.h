@@ -21,15 +21,22 @@ struct ResponseMeta {
     std::string id;     // chatcmpl-... / cmpl-...
     std::string model;  // the served model's name
     int64_t created = 0;
+    const Tokenizer* tok = nullptr;  // set when logprobs are asked: it spells their tokens
 };
 ResponseMeta make_meta(Endpoint endpoint, const std::string& model);
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}. Completions (the legacy
+// shape): {tokens, token_logprobs, top_logprobs, text_offset}, offsets counted from `offset`, advanced.
+nlohmann::json logprobs_json(const ResponseMeta& m, const std::vector<TokenLogprob>& lp, size_t& offset);
 
 // "stop" or "length"; a cancelled choice (server shutting down) reports "length": it was cut short.
 const char* finish_name(FinishReason r);
 
 // n choices share the prompt: prompt tokens and cached tokens are those of the first.
 nlohmann::json usage_json(const std::vector<GenerationResult>& results);
-nlohmann::json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results);
+// logprobs: per choice when asked (meta.tok set), else empty.
+nlohmann::json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results,
+                               const std::vector<std::vector<TokenLogprob>>& logprobs);
 
 // One streamed chunk of choice `index`: the role (first chunk of a chat choice), text, or the finish.
 struct Delta {
@@ -37,6 +44,8 @@ struct Delta {
     bool role = false;
     std::string text;
     std::optional<FinishReason> finish;
+    std::vector<TokenLogprob> logprobs;  // the tokens sampled since the last chunk (meta.tok set)
+    size_t offset = 0;                   // completions: the choice's text bytes before this chunk
 };
 nlohmann::json chunk_json(const ResponseMeta& m, const Delta& d);
 // The last chunk when stream_options.include_usage: no choices, the usage.

@@ -160,10 +160,20 @@ void sampling(const json& body, CompletionRequest& r) {
     }
 }
 
+// Chat asks with {"logprobs": true, "top_logprobs": 0..20}; completions with "logprobs": 0..20, the
+// number of alternatives (OpenAI's legacy API).
+int logprobs(const json& body, Endpoint endpoint) {
+    if (endpoint == Endpoint::Completion) {
+        if (const json* v = field(body, "logprobs"); v && v->is_boolean()) return v->get<bool>() ? 0 : -1;
+        return int(integer_in(body, "logprobs", 0, 20).value_or(-1));
+    }
+    const bool on = boolean(body, "logprobs", false);
+    const std::optional<int64_t> top = integer_in(body, "top_logprobs", 0, 20);
+    if (top && !on) throw bad_request("'top_logprobs' needs 'logprobs': true");
+    return on ? int(top.value_or(0)) : -1;
+}
+
 void unsupported(const json& body) {
-    if (boolean(body, "logprobs", false) || integer_in(body, "top_logprobs", 0, 20).value_or(0) > 0)
-        throw bad_request("'logprobs' and 'top_logprobs' are not supported by this server",
-                          "unsupported_parameter");
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         throw bad_request("'tools' is not supported by this server", "unsupported_parameter");
 }
@@ -193,6 +203,7 @@ CompletionRequest parse_completion_request(const std::string& text, Endpoint end
     else
         completion_prompt(body, r);
     unsupported(body);
+    r.logprobs = logprobs(body, endpoint);
     sampling(body, r);
     const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     r.max_tokens = integer_in(body, max_name, 1, std::numeric_limits<int64_t>::max());

@@ -23,7 +23,8 @@ struct CompletionRequest {
     GenerateParams gen;                              // n_predict 0 until the prompt's length sets the default
     std::optional<int64_t> max_tokens;               // max_tokens / max_completion_tokens
     bool seed_given = false;
-    int n = 1;  // choices
+    int n = 1;          // choices
+    int logprobs = -1;  // -1: none; k >= 0: each token's logprob and its k most likely alternatives
     bool stream = false, include_usage = false;
 };
 

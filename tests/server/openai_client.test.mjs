@@ -115,6 +115,19 @@ const checks = {
     assert.notEqual(other.choices[0].message.content, a.choices[0].message.content);
   },
 
+  async logprobs(client) {
+    const r = await client.chat.completions.create({
+      model: "mini", messages: [{ role: "user", content: "Hi" }], max_tokens: 5, logprobs: true, top_logprobs: 2,
+      ...greedy });
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.length, 5);
+    assert.equal(content.map((t) => t.token).join(""), r.choices[0].message.content);
+    for (const t of content) {
+      assert.equal(t.top_logprobs.length, 2);
+      assert.equal(t.top_logprobs[0].logprob, t.logprob);  // greedy: the sampled token is the most likely
+    }
+  },
+
   async typedErrors(client, url) {
     await assert.rejects(client.chat.completions.create({ model: "mini", messages: [{ role: "wizard", content: "x" }] }),
                          (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /wizard/.test(e.message));

@@ -2,7 +2,11 @@
 // envelope, and the server still answers afterwards.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
 
 #include "server_util.h"
 
@@ -139,6 +143,85 @@ TEST_F(Routes, SeededSamplingIsReproducibleAndNChoicesDiffer) {
     EXPECT_EQ(a["usage"]["completion_tokens"], 32);
 }
 
+// logprobs are the model's: the greedy token's is the top alternative's, and the first one equals the
+// log-softmax of a Session's logits for the same prompt ids.
+TEST_F(Routes, LogprobsAreTheModels) {
+    const json ids = body_json(post("/tokenize", {{"content", "The list type"}}))["tokens"];
+    const json j = body_json(post(
+        "/v1/completions",
+        {{"prompt", ids}, {"max_tokens", 4}, {"logprobs", 3}, {"temperature", 0}, {"ignore_eos", true}}));
+    const json& lp = j["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 4u) << j.dump();
+    std::string text;
+    for (size_t i = 0; i < 4; ++i) {
+        const json& top = lp["top_logprobs"][i];
+        ASSERT_EQ(top.size(), 3u);
+        EXPECT_EQ(lp["text_offset"][i], text.size());
+        text += lp["tokens"][i].get<std::string>();
+        EXPECT_FLOAT_EQ(top[lp["tokens"][i].get<std::string>()].get<float>(),
+                        lp["token_logprobs"][i].get<float>());
+        for (const auto& [tok, v] : top.items())
+            EXPECT_LE(v.get<float>(), lp["token_logprobs"][i].get<float>());
+    }
+    EXPECT_EQ(text, j["choices"][0]["text"]);
+    const auto model = Model::load(default_model());
+    SessionParams sp;
+    sp.n_ctx = 64;
+    sp.n_threads = 2;
+    sp.batch_invariant = true;
+    Session s(*model, sp);
+    const std::span<const float> logits = s.forward(ids.get<std::vector<int32_t>>());
+    const int32_t best = argmax(logits);
+    double sum = 0;
+    for (const float l : logits) sum += std::exp(double(l - logits[size_t(best)]));
+    EXPECT_NEAR(lp["token_logprobs"][0].get<double>(), -std::log(sum), 1e-4);
+}
+
+TEST_F(Routes, ChatLogprobsStreamOnePerToken) {
+    auto r = server_->client()->Post("/v1/chat/completions",
+                                     json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                           {"max_tokens", 6},
+                                           {"logprobs", true},
+                                           {"top_logprobs", 2},
+                                           {"ignore_eos", true},
+                                           {"stream", true},
+                                           {"seed", 5}})
+                                         .dump(),
+                                     "application/json");
+    ASSERT_TRUE(r);
+    bool done = false;
+    size_t entries = 0;
+    for (const json& e : sse_events(r->body, done)) {
+        const json& lp = e["choices"][0]["logprobs"];
+        ASSERT_TRUE(lp.is_object()) << e.dump();
+        for (const json& c : lp["content"]) {
+            EXPECT_EQ(c["top_logprobs"].size(), 2u);
+            EXPECT_EQ(c["bytes"].size(), c["token"].get<std::string>().size());
+            ++entries;
+        }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(entries, 6u);
+}
+
+// n = 2: the second choice starts once the first has its first token, so it attaches the prompt's full
+// blocks from the prefix cache instead of computing them again.
+TEST_F(Routes, NChoicesSharePromptBlocks) {
+    auto hits = [] {
+        return metric(server_->client()->Get("/metrics")->body, "minfer_prefix_cache_hit_tokens_total");
+    };
+    const double before = hits();
+    const json j =
+        body_json(post("/v1/completions", {{"prompt", "Unique prefix 91237 " + std::string(400, 'z')},
+                                           {"max_tokens", 2},
+                                           {"n", 2},
+                                           {"ignore_eos", true}}));
+    const int prompt = j["usage"]["prompt_tokens"];
+    ASSERT_GT(prompt, 64) << j.dump();
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(hits() - before, (prompt - 1) / 32 * 32);
+}
+
 TEST_F(Routes, TokenizeDetokenizeApplyTemplate) {
     const json t = body_json(post("/tokenize", {{"content", "Hello world"}}));
     ASSERT_TRUE(t["tokens"].is_array());
@@ -188,8 +271,11 @@ TEST_F(Routes, BadRequestsGetTheirStatus) {
                  "invalid_request_error", "the context holds 4096");
     expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop", {1}}}), 400, "invalid_request_error",
                  "stop");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", true}}), 400, "invalid_request_error",
-                 "not supported");
+    expect_error(post("/v1/chat/completions",
+                      {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}),
+                 400, "invalid_request_error", "needs 'logprobs'");
+    expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}), 400, "invalid_request_error",
+                 "'logprobs' must be between 0 and 20");
     expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}), 400,
                  "invalid_request_error", "'messages[0].role' is 'wizard'");
     expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "invalid_request_error",
