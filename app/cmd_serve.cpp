@@ -37,6 +37,7 @@ server::ServerOptions server_options(const ServeOptions& o) {
     s.metrics = o.metrics;
     s.max_queue = o.max_queue;
     s.timeout_s = o.timeout_s;
+    s.http_threads = o.parallel + o.max_queue + 16;  // every running or waiting request holds a thread
     if (!o.api_key.empty()) s.keys = server::ApiKeys({o.api_key});
     if (!o.api_key_file.empty()) s.keys = server::ApiKeys::from_file(o.api_key_file);
     return s;

@@ -31,16 +31,6 @@ json base(const ResponseMeta& m, bool chunk) {
             {"system_fingerprint", "minfer"}};
 }
 
-}  // namespace
-
-ResponseMeta make_meta(Endpoint endpoint, const std::string& model) {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    return {endpoint, random_id(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"), model,
-            std::chrono::duration_cast<std::chrono::seconds>(now).count()};
-}
-
-namespace {
-
 json bytes_of(const std::string& s) {
     json out = json::array();
     for (const char c : s) out.push_back(int(static_cast<unsigned char>(c)));
@@ -81,6 +71,12 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& 
 }
 
 }  // namespace
+
+ResponseMeta make_meta(Endpoint endpoint, const std::string& model) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    return {endpoint, random_id(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-"), model,
+            std::chrono::duration_cast<std::chrono::seconds>(now).count()};
+}
 
 json logprobs_json(const ResponseMeta& m, const std::vector<TokenLogprob>& lp, size_t& offset) {
     if (!m.tok) return nullptr;

@@ -211,7 +211,7 @@ void Server::Impl::hooks() {
 Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {
     std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
     Impl& s = *impl_;
-    const size_t threads = size_t(s.opt.max_queue) + 64;  // every waiting or streaming request holds one
+    const auto threads = size_t(s.opt.http_threads > 0 ? s.opt.http_threads : s.opt.max_queue + 64);
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a busy port.
     s.http.set_socket_options([](int sock) {

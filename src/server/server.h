@@ -33,6 +33,7 @@ struct ServerOptions {
     size_t body_limit = size_t(4) << 20;
     std::chrono::milliseconds grace{5000};  // shutdown: how long in-flight requests may finish
     bool log = true;                        // one line per request on stderr
+    int http_threads = 0;  // connections served at once (each stream holds one); 0: max_queue + 64
 };
 
 class Server {

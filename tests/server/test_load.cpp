@@ -41,6 +41,28 @@ std::string check(const httplib::Result& r, const json& body) {
     return j.is_object() && j["usage"]["completion_tokens"] == 8 ? "" : "bad body: " + r->body;
 }
 
+// The bad-request table after the load: each class its status and error envelope.
+void bad_request_table(const TestServer& server) {
+    auto cli = server.client();
+    auto none = server.client(false);
+    const char* js = "application/json";
+    const std::pair<httplib::Result, int> table[] = {
+        {cli->Post("/v1/completions", "{\"prompt\": \"x\"", js), 400},                     // malformed JSON
+        {cli->Post("/v1/completions", R"({"prompt": "x", "max_tokens": "8"})", js), 400},  // wrong type
+        {cli->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000000})", js),
+         400},                                                                  // huge max_tokens
+        {cli->Post("/v1/completions", std::string(10 << 20, ' '), js), 413},    // 10 MB body
+        {cli->Post("/v1/completions", "{\"prompt\": \"\xc3\x28\"}", js), 400},  // invalid UTF-8
+        {cli->Get("/v2/unknown"), 404},                                         // unknown route
+        {none->Post("/v1/completions", R"({"prompt": "x"})", js), 401},         // no key
+    };
+    for (size_t i = 0; i < std::size(table); ++i) {
+        ASSERT_TRUE(table[i].first) << "row " << i;
+        EXPECT_EQ(table[i].first->status, table[i].second) << "row " << i << ": " << table[i].first->body;
+        EXPECT_TRUE(body_json(table[i].first).contains("error")) << "row " << i;
+    }
+}
+
 TEST(Load, ThousandRequestsAtConcurrency32ThenBadRequests) {
     TestServer server;
     constexpr int kRequests = 1000, kClients = 32;
@@ -72,25 +94,8 @@ TEST(Load, ThousandRequestsAtConcurrency32ThenBadRequests) {
         << "RSS grew from " << (rss_after_100 >> 20) << " MiB after 100 requests to " << (rss_end >> 20)
         << " MiB";
 
-    // The bad-request table: each class its status, then the server still answers.
+    bad_request_table(server);
     auto cli = server.client();
-    auto none = server.client(false);
-    const char* js = "application/json";
-    const std::pair<httplib::Result, int> table[] = {
-        {cli->Post("/v1/completions", "{\"prompt\": \"x\"", js), 400},                     // malformed JSON
-        {cli->Post("/v1/completions", R"({"prompt": "x", "max_tokens": "8"})", js), 400},  // wrong type
-        {cli->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000000})", js),
-         400},                                                                  // huge max_tokens
-        {cli->Post("/v1/completions", std::string(10 << 20, ' '), js), 413},    // 10 MB body
-        {cli->Post("/v1/completions", "{\"prompt\": \"\xc3\x28\"}", js), 400},  // invalid UTF-8
-        {cli->Get("/v2/unknown"), 404},                                         // unknown route
-        {none->Post("/v1/completions", R"({"prompt": "x"})", js), 401},         // no key
-    };
-    for (size_t i = 0; i < std::size(table); ++i) {
-        ASSERT_TRUE(table[i].first) << "row " << i;
-        EXPECT_EQ(table[i].first->status, table[i].second) << "row " << i << ": " << table[i].first->body;
-        EXPECT_TRUE(body_json(table[i].first).contains("error")) << "row " << i;
-    }
     auto h = cli->Get("/health");
     ASSERT_TRUE(h);
     EXPECT_EQ(h->status, 200);

@@ -251,47 +251,51 @@ TEST_F(Routes, MetricsArePrometheusText) {
     EXPECT_EQ(metric(r->body, "minfer_kv_blocks_total"), 4096 / 32);
 }
 
+// A POST body and the 400 message it must get, by class: syntax, types, ranges, semantics.
+struct BadBody {
+    const char* path;
+    std::string body;
+    const char* message;
+};
+
+std::vector<BadBody> bad_bodies() {
+    const json user = {{{"role", "user"}, {"content", "x"}}};
+    std::string words;
+    for (int i = 0; i < 5000; ++i) words += "hello ";
+    const char* c = "/v1/completions";
+    return {
+        {c, "{\"prompt\": ", "not valid JSON"},
+        {c, "[1, 2]", "JSON object"},
+        {c, "{\"prompt\": \"\xff\xfe\"}", "UTF-8"},
+        {c, json({{"prompt", 7}}).dump(), "'prompt'"},
+        {c, json({{"prompt", "x"}, {"temperature", "hot"}}).dump(), "'temperature' must be a number"},
+        {c, json({{"prompt", "x"}, {"max_tokens", 1.5}}).dump(), "'max_tokens' must be an integer"},
+        {c, json({{"prompt", "x"}, {"top_p", 3}}).dump(), "'top_p' must be between"},
+        {c, json({{"prompt", "x"}, {"n", 0}}).dump(), "'n'"},
+        {c, json({{"prompt", "x"}, {"max_tokens", 1e15}}).dump(), "the context holds 4096"},
+        {c, json({{"prompt", "x"}, {"stop", {1}}}).dump(), "stop"},
+        {c, json({{"prompt", "x"}, {"logprobs", 21}}).dump(), "'logprobs' must be between 0 and 20"},
+        {c, json({{"prompt", words}}).dump(), "the context holds 4096"},
+        {"/v1/chat/completions", json({{"messages", user}, {"top_logprobs", 2}}).dump(), "needs 'logprobs'"},
+        {"/v1/chat/completions", json({{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}).dump(),
+         "'messages[0].role' is 'wizard'"},
+        {"/v1/chat/completions", json({{"messages", json::array()}}).dump(), "at least one"},
+        {"/v1/chat/completions", json({{"prompt", "x"}}).dump(), "'messages'"},
+        {"/detokenize", json({{"tokens", {-1}}}).dump(), "token ids"},
+    };
+}
+
 // Each bad request class: its status and message; the server answers /health after all of them.
 TEST_F(Routes, BadRequestsGetTheirStatus) {
     auto c = server_->client();
-    const char* json_type = "application/json";
-    expect_error(c->Post("/v1/completions", "{\"prompt\": ", json_type), 400, "invalid_request_error",
-                 "not valid JSON");
-    expect_error(c->Post("/v1/completions", "[1, 2]", json_type), 400, "invalid_request_error",
-                 "JSON object");
-    expect_error(post("/v1/completions", {{"prompt", 7}}), 400, "invalid_request_error", "'prompt'");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"temperature", "hot"}}), 400,
-                 "invalid_request_error", "'temperature' must be a number");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1.5}}), 400,
-                 "invalid_request_error", "'max_tokens' must be an integer");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_p", 3}}), 400, "invalid_request_error",
-                 "'top_p' must be between");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 0}}), 400, "invalid_request_error", "'n'");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1e15}}), 400,
-                 "invalid_request_error", "the context holds 4096");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop", {1}}}), 400, "invalid_request_error",
-                 "stop");
-    expect_error(post("/v1/chat/completions",
-                      {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}),
-                 400, "invalid_request_error", "needs 'logprobs'");
-    expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}), 400, "invalid_request_error",
-                 "'logprobs' must be between 0 and 20");
-    expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}), 400,
-                 "invalid_request_error", "'messages[0].role' is 'wizard'");
-    expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "invalid_request_error",
-                 "at least one");
-    expect_error(post("/v1/chat/completions", {{"prompt", "x"}}), 400, "invalid_request_error", "'messages'");
-    expect_error(post("/detokenize", {{"tokens", {-1}}}), 400, "invalid_request_error", "token ids");
-    expect_error(c->Post("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", json_type), 400,
-                 "invalid_request_error", "UTF-8");
-    std::string words;
-    for (int i = 0; i < 5000; ++i) words += "hello ";
-    expect_error(post("/v1/completions", {{"prompt", words}}), 400, "invalid_request_error",
-                 "the context holds 4096");
-    expect_error(c->Post("/v1/completions", std::string(10 << 20, 'a'), json_type), 413,
+    for (const BadBody& b : bad_bodies()) {
+        SCOPED_TRACE(b.body.substr(0, 80));
+        expect_error(c->Post(b.path, b.body, "application/json"), 400, "invalid_request_error", b.message);
+    }
+    expect_error(c->Post("/v1/completions", std::string(10 << 20, 'a'), "application/json"), 413,
                  "invalid_request_error", "over the limit");
     expect_error(c->Get("/v1/nothing"), 404, "not_found_error", "/v1/nothing");
-    expect_error(c->Post("/v1/models", "{}", json_type), 404, "not_found_error", "POST /v1/models");
+    expect_error(c->Post("/v1/models", "{}", "application/json"), 404, "not_found_error", "POST /v1/models");
     auto h = c->Get("/health");
     ASSERT_TRUE(h);
     EXPECT_EQ(h->status, 200);
