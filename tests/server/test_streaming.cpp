@@ -8,6 +8,7 @@
 #include <atomic>
 #include <thread>
 
+#include "engine/cli_util.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "server_util.h"
@@ -194,6 +195,11 @@ TEST_F(Streaming, ThirtyTwoConcurrentGreedyStreamsEqualEachAlone) {
         EXPECT_EQ(counts[size_t(i)], kTokens) << prompts[size_t(i)];
         EXPECT_EQ(got[size_t(i)], alone(*model, *tok, prompts[size_t(i)], kTokens)) << prompts[size_t(i)];
     }
+    // alone() is what the command prints.
+    const CliResult run = run_cli({"run", "-p", prompts[0], "-n", std::to_string(kTokens), "--temp", "0",
+                                   "--ignore-eos", "--deterministic", "-t", "2", "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run;
+    EXPECT_EQ(json::parse(run.out)["text"], got[0]);
 }
 
 double kv_blocks_used(const TestServer& s) {
