@@ -5,7 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <string_view>
 
 namespace minfer::jinja {
 
@@ -15,12 +15,12 @@ inline constexpr int kMaxValueDepth = 256;                   // lists and dicts 
 inline constexpr size_t kMaxStringBytes = size_t{16} << 20;  // any string value
 inline constexpr size_t kMaxOutputBytes = size_t{64} << 20;  // all text rendered (output, macros, set blocks)
 inline constexpr size_t kMaxListItems = size_t{1} << 20;     // elements of a list or entries of a dict
-inline constexpr int64_t kMaxLoopIterations = 1000000;       // for-loop iterations of one rendering
+inline constexpr int64_t kMaxLoopIterations = 100000;        // for-loop iterations of one rendering
 
 // Both throw EvalError (tokenizer/template/jinja_value.h), defined in jinja_value.cpp.
 // Throws EvalError when a string of `bytes` made by `construct` would exceed kMaxStringBytes.
-void check_string_size(size_t bytes, const std::string& construct);
+void check_string_size(size_t bytes, std::string_view construct);
 // Throws EvalError when a list of `items` made by `construct` would exceed kMaxListItems.
-void check_list_size(size_t items, const std::string& construct);
+void check_list_size(size_t items, std::string_view construct);
 
 }  // namespace minfer::jinja

@@ -7,16 +7,16 @@
 
 namespace minfer::jinja {
 
-void check_string_size(size_t bytes, const std::string& construct) {
+void check_string_size(size_t bytes, std::string_view construct) {
     if (bytes > kMaxStringBytes)
-        throw EvalError(construct + " makes a string of more than " + std::to_string(kMaxStringBytes >> 20) +
-                        " MiB, the template limit");
+        throw EvalError(std::string(construct) + " makes a string of more than " +
+                        std::to_string(kMaxStringBytes >> 20) + " MiB, the template limit");
 }
 
-void check_list_size(size_t items, const std::string& construct) {
+void check_list_size(size_t items, std::string_view construct) {
     if (items > kMaxListItems)
-        throw EvalError(construct + " makes a list of more than " + std::to_string(kMaxListItems) +
-                        " items, the template limit");
+        throw EvalError(std::string(construct) + " makes a list of more than " +
+                        std::to_string(kMaxListItems) + " items, the template limit");
 }
 
 Value::Value(std::string s) {
