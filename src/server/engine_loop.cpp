@@ -131,6 +131,10 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
     {
         std::lock_guard lock(mu_);
         if (draining_) throw ApiError(503, "server_error", "unavailable", "the server is shutting down");
+        if (n > engine_.max_seqs() + opt_.max_queue)
+            throw bad_request("'n' is " + std::to_string(n) + "; this server holds at most " +
+                              std::to_string(engine_.max_seqs() + opt_.max_queue) +
+                              " sequences (-np + --max-queue)");
         if (reserved_ + n > engine_.max_seqs() + opt_.max_queue) {
             ++metrics_.requests_rejected;
             throw ApiError(
@@ -148,7 +152,7 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
         std::lock_guard lock(mu_);
         reserved_ -= n;
         std::erase(jobs_, job);
-        throw bad_request(e.what(), "context_length_exceeded");
+        throw bad_request(e.what());  // what the scheduler refuses: a token id out of range
     }
     kick();
     return job;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <thread>
 
 #include "runtime/sampler.h"
@@ -282,6 +283,7 @@ std::vector<BadBody> bad_bodies() {
         {"/v1/chat/completions", json({{"messages", json::array()}}).dump(), "at least one"},
         {"/v1/chat/completions", json({{"prompt", "x"}}).dump(), "'messages'"},
         {"/detokenize", json({{"tokens", {-1}}}).dump(), "token ids"},
+        {c, json({{"prompt", {1, 2, 999999}}}).dump(), "token id 999999 is out of range"},
     };
 }
 
@@ -321,6 +323,52 @@ TEST_F(Routes, GarbageBodiesNeverGive500) {
         }
 }
 
+// Every field of a valid request set, one or two at a time, to values of every type and range (seeded):
+// each answer is 200 or 400, never 500, and the server stays healthy.
+TEST_F(Routes, RandomFieldValuesGive200Or400) {
+    const char* fields[] = {
+        "prompt",           "messages",          "max_tokens",     "temperature",  "top_p", "top_k", "min_p",
+        "presence_penalty", "frequency_penalty", "repeat_penalty", "seed",         "stop",  "n",     "stream",
+        "stream_options",   "ignore_eos",        "logprobs",       "top_logprobs", "model"};
+    const json values[] = {nullptr,
+                           true,
+                           -1,
+                           0,
+                           3,
+                           1.5,
+                           -1e300,
+                           1e12,
+                           "",
+                           "4",
+                           "\u00e9",
+                           json::array(),
+                           json::array({1, "a"}),
+                           json::object(),
+                           json({{"include_usage", "yes"}}),
+                           json::array({{{"role", "user"}}}),
+                           json::array({{{"role", "user"}, {"content", 5}}})};
+    std::mt19937 rng(1234);
+    auto c = server_->client();
+    for (int i = 0; i < 300; ++i) {
+        const bool chat = i % 2 == 1;
+        json body = {{"max_tokens", 3}, {"ignore_eos", true}};
+        if (chat)
+            body["messages"] = {{{"role", "user"}, {"content", "Hi"}}};
+        else
+            body["prompt"] = "Hi";
+        for (int k = 0; k < 1 + int(rng() % 2); ++k)
+            body[fields[rng() % std::size(fields)]] = values[rng() % std::size(values)];
+        const json& max =
+            body["max_tokens"];  // short generations: absent or large would run to the context end
+        if (max.is_null() || (max.is_number() && max.get<double>() > 8)) body["max_tokens"] = 3;
+        auto r = c->Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(), "application/json");
+        ASSERT_TRUE(r) << body.dump();
+        EXPECT_TRUE(r->status == 200 || r->status == 400)
+            << r->status << " for " << body.dump() << ": " << r->body;
+    }
+    EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
 TEST(ServerLifecycle, HealthIs503WhileLoadingAndQueueFullIs503) {
     server::ServerOptions o;
     o.port = 0;
@@ -346,6 +394,10 @@ TEST(ServerLifecycle, HealthIs503WhileLoadingAndQueueFullIs503) {
     EXPECT_EQ(busy->status, 503) << busy->body;
     EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
     EXPECT_NE(busy->body.find("busy"), std::string::npos);
+    auto too_many = c.Post("/v1/completions", R"({"prompt":"x","n":2})", "application/json");
+    ASSERT_TRUE(too_many);
+    EXPECT_EQ(too_many->status, 400);
+    EXPECT_NE(too_many->body.find("holds at most 1 sequences"), std::string::npos) << too_many->body;
     hog.close();
     srv.shutdown();
     srv.wait();
