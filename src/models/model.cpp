@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -50,6 +51,12 @@ class WeightReader {
     const GgufFile& f_;
 };
 
+std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 // Reads hyper-parameter `key` and checks it: an error names the key and the file.
 class HparamReader {
   public:
@@ -69,7 +76,7 @@ class HparamReader {
         const std::string k = arch_ + "." + key;
         const double v = f_.get_float_or(k, dflt);
         if (!std::isfinite(v) || v <= 0 || !std::isfinite(float(v)) || float(v) <= 0)
-            fail(k, "is " + std::to_string(v) + ", expected a positive finite number");
+            fail(k, "is " + format_number(v) + ", expected a positive finite number");
         return float(v);
     }
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
