@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <csignal>
@@ -89,6 +90,7 @@ struct Server::Impl {
     std::unique_ptr<EngineLoop> loop;  // declared last: destroyed before the model it runs
     std::string name;
     std::thread listener;
+    int listen_fd = -1;  // the listening socket, as httplib's socket options saw it
 };
 
 const PromptBuilder& Server::Impl::ready_prompt() const {
@@ -214,11 +216,11 @@ Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {
     const auto threads = size_t(s.opt.http_threads > 0 ? s.opt.http_threads : s.opt.max_queue + 64);
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a busy port.
-    s.http.set_socket_options([](int sock) {
+    s.http.set_socket_options([&s](int sock) {
         int yes = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        s.listen_fd = sock;
     });
-    s.http.set_keep_alive_timeout(2);  // an idle keep-alive connection delays shutdown this long at most
     s.http.set_payload_max_length(s.opt.body_limit);
     s.http.set_read_timeout(s.opt.timeout_s, 0);
     s.http.set_write_timeout(s.opt.timeout_s, 0);
@@ -238,6 +240,9 @@ int Server::bind() {
     if (port <= 0)
         throw Error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
                     " (address in use, or not an address of this machine)");
+    // httplib listens with a backlog of 5: a burst of clients would overflow it, their first packets
+    // would be dropped and retransmitted seconds later, after httplib gave up waiting for the request.
+    ::listen(s.listen_fd, 1024);
     return port;
 }
 

@@ -30,7 +30,7 @@ class Streaming : public ::testing::Test {
     static std::vector<json> stream(const std::string& path, json body) {
         body["stream"] = true;
         auto r = server_->client()->Post(path.c_str(), body.dump(), "application/json");
-        EXPECT_TRUE(r);
+        EXPECT_TRUE(r) << httplib::to_string(r.error());
         if (!r) return {};
         EXPECT_EQ(r->status, 200) << r->body;
         EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
