@@ -133,8 +133,8 @@ int block_shift(const meta::Paging& pg) {
 }
 
 // Where the tokens of one forward read and write their sequences' KV rows: the inputs positions,
-// seq_slot and block_table (src[2..4] of KV stores and attention; unpaged graphs have only positions,
-// and their one block is block 0), checked against the region so that a bad table is an error, never
+// seq_slot and block_table (the sources from kv_index_src on; unpaged graphs have only positions, and
+// their one block is block 0), checked against the region so that a bad table is an error, never
 // a stray access.
 struct KvIndexData {
     const int32_t *pos, *slot, *table;
@@ -155,19 +155,11 @@ struct KvIndexData {
 
 KvIndexData kv_index(const CNode& n, const NodeBuffers& bufs, const meta::Paging& pg, int64_t n_slots,
                      int64_t nt) {
-    const bool paged = n.src.size() == 5;
-    const KvIndexData d{ids_of(bufs, n.src[2]), paged ? ids_of(bufs, n.src[3]) : nullptr,
-                        paged ? ids_of(bufs, n.src[4]) : nullptr, pg, block_shift(pg)};
+    const size_t first = size_t(kv_index_src(n.op));
+    const bool paged = n.src.size() == first + 3;
+    const KvIndexData d{ids_of(bufs, n.src[first]), paged ? ids_of(bufs, n.src[first + 1]) : nullptr,
+                        paged ? ids_of(bufs, n.src[first + 2]) : nullptr, pg, block_shift(pg)};
     d.check(n.name, n_slots, nt);
-    return d;
-}
-
-// The QKV fusions' stores carry positions only (GPU graphs): they need the unpaged layout.
-KvIndexData unpaged_index(const std::string& node, const int32_t* pos, const meta::Kv& kv, int64_t n_slots,
-                          int64_t nt) {
-    if (kv.paging.max_blocks != 1) throw Error(node + ": fused QKV stores need the unpaged KV layout");
-    const KvIndexData d{pos, nullptr, nullptr, kv.paging, block_shift(kv.paging)};
-    d.check(node, n_slots, nt);
     return d;
 }
 
@@ -237,8 +229,12 @@ void CpuBackend::kv_store(const ComputeGraph& g, const CNode& n, int layer, cons
 
 // Shared tail of the QKV fusions: per-head norms (Qwen3), RoPE on Q and K, K/V into the region.
 // q is the node's output row block [nt][n_q]; k/v are [nt][n_kv] and may be modified.
-void CpuBackend::qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t* pos, int64_t nt, float* q,
-                              float* k, const float* v, const NodeBuffers& bufs) {
+void CpuBackend::qkv_epilogue(const CNode& n, int64_t nt, float* q, float* k, const float* v,
+                              const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::FusedQkv>(n.meta);
+    KvCache::Region& r = bufs.kv().layer(kv_layer(n.op));
+    const KvIndexData at = kv_index(n, bufs, m.kv.paging, r.n_ctx, nt);
+    const int32_t* pos = at.pos;
     const int64_t hd = m.rope.head_dim, n_q = m.rope.n_head * hd, n_kv = m.n_head_kv * hd;
     const bool neox = m.style == RopeStyle::Neox;
     for (int64_t t = 0; t < nt; ++t) {
@@ -254,8 +250,6 @@ void CpuBackend::qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t*
         cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
         cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
     }
-    KvCache::Region& r = bufs.kv().layer(layer);
-    const KvIndexData at = unpaged_index("layer " + std::to_string(layer), pos, m.kv, r.n_ctx, nt);
     kv_store_rows(
         r, nt, [&](int64_t t) { return at.physical(t); }, k, v);
 }
@@ -264,11 +258,9 @@ void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
     const auto& m = std::get<meta::FusedQkv>(n.meta);
     const int64_t nt = n.shape[1], n_kv = m.kv.n_embd;
     const float* x = bufs.data(n.src.front());
-    const int32_t* pos = ids_of(bufs, n.src.back());
     std::vector<float>& kv = fused_scratch_;
     kv.resize(size_t(2 * nt * n_kv));
     float *k = kv.data(), *v = kv.data() + nt * n_kv, *q = bufs.data(n.id);
-    const int layer = kv_layer(n.op);
     if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // projections ran as separate nodes
         const float* srcs[3] = {bufs.data(n.src[0]), bufs.data(n.src[1]), bufs.data(n.src[2])};
         float* dsts[3] = {q, k, v};
@@ -285,7 +277,7 @@ void CpuBackend::fused_qkv(const CNode& n, const NodeBuffers& bufs) {
         matmul(m.k, x, nt, k);
         matmul(m.v, x, nt, v);
     }
-    qkv_epilogue(m, layer, pos, nt, q, k, v, bufs);
+    qkv_epilogue(n, nt, q, k, v, bufs);
 }
 
 void CpuBackend::fused_ffn(const CNode& n, const NodeBuffers& bufs) {

@@ -46,8 +46,8 @@ class CpuBackend final : public Backend {
     void embedding(const CNode& n, const NodeBuffers& bufs);
     void attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void kv_store(const ComputeGraph& g, const CNode& n, int layer, const NodeBuffers& bufs);
-    void qkv_epilogue(const meta::FusedQkv& m, int layer, const int32_t* pos, int64_t nt, float* q, float* k,
-                      const float* v, const NodeBuffers& bufs);
+    void qkv_epilogue(const CNode& n, int64_t nt, float* q, float* k, const float* v,
+                      const NodeBuffers& bufs);
     void fused_qkv(const CNode& n, const NodeBuffers& bufs);
     void fused_ffn(const CNode& n, const NodeBuffers& bufs);
     template <class F>

@@ -69,6 +69,22 @@ cuda::XQuant decode_x_format() {
     return env_flag("MINFER_INT8_DECODE") ? cuda::XQuant::kInt8 : cuda::XQuant::kInt8x2;
 }
 
+const meta::Paging& paging_of(const CNode& n) {
+    if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging;
+    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.paging;
+    return std::get<meta::Kv>(n.meta).paging;
+}
+
+// log2 of the KV block: a power of two when paged, or the one block of the unpaged layout (whose rows
+// are then all below 2^shift).
+int32_t block_shift(const meta::Paging& pg) {
+    int32_t shift = 0;
+    while ((int64_t(1) << shift) < pg.block) ++shift;
+    if ((int64_t(1) << shift) != pg.block && pg.max_blocks != 1)
+        throw Error("CUDA backend: KV block size " + std::to_string(pg.block) + " is not a power of two");
+    return shift;
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -95,7 +111,11 @@ struct CudaBackend::Impl {
     };
     std::map<std::pair<uint64_t, NodeId>, Captured> graphs;  // (graph uid, first node) of a segment
     bool replay = !env_flag("MINFER_NO_CUDA_GRAPH");
-    bool decode_graph = false;
+    bool capturable = false;  // the graph's segments may be captured (no kernel reads host data)
+    // Products of at least this many tokens run as dequantization + cuBLAS GEMM, fewer as matrix-vector
+    // kernels. A paged (batched) graph takes the GEMM from 2 tokens: the matrix-vector kernels' f32 path
+    // for 2..8 tokens measured 7x slower than one GEMM (H200, Qwen2.5-7B Q4_K_M, B = 8: 262 tok/s S_TG).
+    int64_t gemm_tokens = cuda::kMaxMatvecTokens + 1;
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
     std::pair<int64_t, float> rope_key{};  // n_rot and freq_base the table was filled for
@@ -163,6 +183,14 @@ struct CudaBackend::Impl {
         return (host ? pinned : arena.as<float>()) + off;
     }
     const int32_t* ids(NodeId id) const { return reinterpret_cast<const int32_t*>(dev(id)); }
+    // The KV-index sources of a KV store, attention or QKV-fusion node, on the device.
+    cuda::KvSlots slots(const CNode& n) const {
+        const size_t first = size_t(kv_index_src(n.op));
+        if (n.src.size() != first + 3) return {ids(n.src[first])};
+        const meta::Paging& pg = paging_of(n);
+        return {ids(n.src[first]), ids(n.src[first + 1]), ids(n.src[first + 2]), int32_t(pg.max_blocks),
+                block_shift(pg)};
+    }
     static const int32_t* ids_host(const NodeBuffers& bufs, NodeId id) {
         return reinterpret_cast<const int32_t*>(bufs.data(id));
     }
@@ -320,9 +348,10 @@ uint64_t CudaBackend::graph_launches() const {
 }
 
 bool CudaBackend::supports(const CNode& n) const {
-    // The KV kernels address a sequence's rows by position: the unpaged single-sequence layout only.
-    if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging.max_blocks == 1;
-    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->paging.max_blocks == 1;
+    // The KV regions on the device hold f32 rows.
+    if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
+    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32;
+    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.type == GgmlType::F32;
     // The fused gate/up kernel is a matvec: at most kMaxMatvecTokens columns.
     if (std::holds_alternative<op::FusedFFN>(n.op)) return n.shape[1] <= cuda::kMaxMatvecTokens;
     const auto* mm = std::get_if<meta::MatMul>(&n.meta);
@@ -380,7 +409,7 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
-        if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && nt > cuda::kMaxMatvecTokens) {
+        if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && nt >= gemm_tokens) {
             w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
             x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
         }
@@ -392,25 +421,29 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     gemm_x.reserve(x_halves * 2);
 }
 
-// A graph that runs wholly on the GPU has its outputs of at most kMaxMatvecTokens columns (the decode
-// logits) written by their kernel straight into the pinned host arena, which unified addressing maps at
-// the same address on the device: no device-to-host copy and no second launch follow the graph. Wider
-// outputs (prefill logits of every token, from cuBLAS) are still copied.
+// A graph that runs wholly on the GPU has its outputs of fewer than gemm_tokens columns (the decode
+// logits) written by their matrix-vector kernel straight into the pinned host arena, which unified
+// addressing maps at the same address on the device: no device-to-host copy and no second launch follow
+// the graph. Wider outputs (from cuBLAS) are still copied.
 void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
     host_out.assign(g.nodes.size(), false);
     for (const CNode& n : g.nodes)
         if (!std::holds_alternative<op::Input>(n.op) && n.backend != BackendKind::Cuda) return;
-    for (NodeId out : g.outputs) host_out[size_t(out)] = g[out].shape[1] <= cuda::kMaxMatvecTokens;
+    for (NodeId out : g.outputs) host_out[size_t(out)] = g[out].shape[1] < gemm_tokens;
 }
 
 void CudaBackend::prepare(const ComputeGraph& g) {
+    const bool paged = g.find_input("seq_slot") >= 0;
+    impl_->gemm_tokens = paged ? 2 : cuda::kMaxMatvecTokens + 1;
     impl_->drop_graphs();
     impl_->reserve_kv(g);
     impl_->reserve_scratch(g);
     impl_->reserve_rope_table(g);
     impl_->choose_host_outputs(g);
     const NodeId tok = g.find_input("token_ids");
-    impl_->decode_graph = tok >= 0 && g[tok].shape[0] == 1;
+    // Decode steps, and every step of a paged (batched) graph, whose attention reads only device data;
+    // unpaged prefill may take attention_gemm, which reads the positions on the host.
+    impl_->capturable = (tok >= 0 && g[tok].shape[0] == 1) || paged;
 }
 
 void CudaBackend::bind(const BufferPlan& plan) {
@@ -476,7 +509,7 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
         cuda::quantize_x8(x, w.n_in, w.xq, x8.ptr, stream);
         return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
     }
-    if (nt <= cuda::kMaxMatvecTokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
+    if (nt < gemm_tokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
     gemm(w, x, nt, y, exact_weights);
     if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
     if (res) cuda::add(y, res, y, w.n_out * nt, stream);
@@ -517,7 +550,7 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         }
         q = rows;
     }
-    cuda::qkv_epilogue(q, k, v, ids(n.src.back()), nt, e, dev(n.id), region(kv_layer(n.op)), stream);
+    cuda::qkv_epilogue(q, k, v, slots(n), nt, e, dev(n.id), region(kv_layer(n.op)), stream);
 }
 
 // Prefill attention as three steps over all heads: scores = scale * Q K^T (one strided-batched f32 GEMM),
@@ -582,14 +615,19 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             },
             [&](const op::Attn&) {
                 const bool prefill = nt > cuda::kMaxMatvecTokens;
-                if (prefill && gemm_attention) return attention_gemm(g, n, bufs);
                 const auto& m = std::get<meta::Attn>(n.meta);
+                if (prefill && gemm_attention && n.src.size() == 3)
+                    return attention_gemm(g, n, bufs);  // unpaged
                 const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
-                (prefill ? cuda::attention_prefill : cuda::attention)(in(0), region(m.layer), ids(n.src[2]),
-                                                                      nt, a, out, s);
+                const cuda::KvSlots at = slots(n);
+                if (!prefill) return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);
+                if (!at.table) return cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s);
+                // A paged batch: decode tokens row by row, prefill chunks query-tiled.
+                cuda::attention(in(0), region(m.layer), at, nt, a, out, s, cuda::AttnRows::kSingle);
+                cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s, cuda::AttnRows::kChunked);
             },
             [&](const op::KvcacheStore& o) {
-                cuda::kv_store(in(0), in(1), ids(n.src[2]), g[n.src[0]].shape[1], region(o.layer), s);
+                cuda::kv_store(in(0), in(1), slots(n), g[n.src[0]].shape[1], region(o.layer), s);
             },
             [&](const op::Add&) { cuda::add(in(0), in(1), out, numel, s); },
             [&](const op::Mul&) { cuda::mul(in(0), in(1), out, numel, s); },
@@ -677,7 +715,7 @@ void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId>
         for (NodeId id : nodes) im.run_profiled(g, g[id], bufs);
         return;
     }
-    if (!reusable || !im.replay || !im.decode_graph || nodes.empty()) {
+    if (!reusable || !im.replay || !im.capturable || nodes.empty()) {
         for (NodeId id : nodes) im.run(g, g[id], bufs);
         return;
     }

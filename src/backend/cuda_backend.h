@@ -1,8 +1,9 @@
 // The CUDA backend: weights uploaded once at construction (quantized, as in the file; Q/K/V of a layer
 // concatenated when their types agree, for the fused decode projection), a device mirror of the
 // executor's arena, persistent per-layer KV regions on the device, and the kernels of backend/cuda/.
-// Decode segments are captured into a CUDA graph on their second run and replayed afterwards, keyed
-// on the graph's uid (MINFER_NO_CUDA_GRAPH=1 turns replay off).
+// Decode segments, and those of paged (batched) graphs, are captured into a CUDA graph on their second run
+// and replayed afterwards, keyed on the graph's uid (MINFER_NO_CUDA_GRAPH=1 turns replay off). The KV
+// regions are f32, in the unpaged layout of one sequence or in blocks addressed through block tables.
 #pragma once
 #include <cstdint>
 #include <memory>

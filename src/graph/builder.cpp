@@ -92,20 +92,20 @@ NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::At
                 {m.n_head * m.hd, nt(q), 1, 1}, m);
 }
 
-NodeId GraphBuilder::fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {
-    return node("fused_qkv." + std::to_string(layer), op::FusedQKV{layer}, {x, pos},
+NodeId GraphBuilder::fused_qkv(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m) {
+    return node("fused_qkv." + std::to_string(layer), op::FusedQKV{layer}, with_kv_index({x}, at),
                 {m.q.weight.n_out, nt(x), 1, 1}, m);
 }
 
-NodeId GraphBuilder::fused_qkv_norm(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m) {
-    return node("fused_qkv_norm." + std::to_string(layer), op::FusedQkvNorm{layer}, {x, pos},
+NodeId GraphBuilder::fused_qkv_norm(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m) {
+    return node("fused_qkv_norm." + std::to_string(layer), op::FusedQkvNorm{layer}, with_kv_index({x}, at),
                 {m.q.weight.n_out, nt(x), 1, 1}, m);
 }
 
-NodeId GraphBuilder::qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, NodeId pos,
+NodeId GraphBuilder::qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, const KvIndex& kv,
                                          const meta::FusedQkv& m) {
-    return node("qkv_bias_rope_store." + std::to_string(layer), op::QkvBiasRopeStore{layer}, {q, k, v, pos},
-                at(q).shape, m);
+    return node("qkv_bias_rope_store." + std::to_string(layer), op::QkvBiasRopeStore{layer},
+                with_kv_index({q, k, v}, kv), at(q).shape, m);
 }
 
 NodeId GraphBuilder::fused_ffn(NodeId x, const meta::FusedFfn& m) {

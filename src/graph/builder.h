@@ -37,9 +37,10 @@ class GraphBuilder {
     NodeId attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m);  // -> [n_head * hd, nt]
 
     // Decode fusions. fused_qkv: -> Q [n_head * hd, nt]; K/V go straight into the layer's region.
-    NodeId fused_qkv(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m);
-    NodeId fused_qkv_norm(int layer, NodeId x, NodeId pos, const meta::FusedQkv& m);
-    NodeId qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, NodeId pos, const meta::FusedQkv& m);
+    NodeId fused_qkv(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m);
+    NodeId fused_qkv_norm(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m);
+    NodeId qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, const KvIndex& at,
+                               const meta::FusedQkv& m);
     NodeId fused_ffn(NodeId x, const meta::FusedFfn& m);  // -> [n_ff, nt], silu(gate) * up
 
     const CNode& operator[](NodeId id) const { return g_[id]; }

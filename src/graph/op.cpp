@@ -25,6 +25,14 @@ int kv_layer(const Op& o) {
         o);
 }
 
+int kv_index_src(const Op& o) {
+    return std::visit(
+        Overload{[](const op::Attn&) { return 2; }, [](const op::KvcacheStore&) { return 2; },
+                 [](const op::FusedQKV&) { return 1; }, [](const op::FusedQkvNorm&) { return 1; },
+                 [](const op::QkvBiasRopeStore&) { return 3; }, [](const auto&) { return -1; }},
+        o);
+}
+
 const char* dtype_name(DType t) {
     return t == DType::F32 ? "f32" : "i32";
 }

@@ -63,11 +63,13 @@ struct SwiGLU {  // silu(src0) * src1: what the fusion pass turns Mul(Silu(a), b
     bool operator==(const SwiGLU&) const = default;
 };
 // Decode fusions (chosen at build time, gated by GraphParams): one node instead of a chain.
+// src: [x, positions] (+ [seq_slot, block_table] when paged)
 struct FusedQKV {  // concat QK(V) matmul + biases + RoPE(Q, K) + K/V store; output is Q
     int layer;
     bool operator==(const FusedQKV&) const = default;
 };
-struct QkvBiasRopeStore {  // src: [q, k, v, positions]; epilogue only, for Q and K of different types
+// src: [q, k, v, positions] (+ [seq_slot, block_table] when paged)
+struct QkvBiasRopeStore {  // epilogue only, for Q and K of different types
     int layer;
     bool operator==(const QkvBiasRopeStore&) const = default;
 };
@@ -89,6 +91,9 @@ std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"
 const char* dtype_name(DType t);
 // The layer whose KV region a node writes (KvcacheStore and the QKV fusions); -1 for other ops.
 int kv_layer(const Op& op);
+// Where the KV-index sources (positions, then seq_slot and block_table when paged) start in the sources
+// of an Attn, KvcacheStore or QKV-fusion node; -1 for other ops.
+int kv_index_src(const Op& op);
 const char* rope_style_name(RopeStyle s);
 
 }  // namespace minfer

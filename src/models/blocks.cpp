@@ -74,14 +74,14 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     const bool qk_same = l.wq.type == l.wk.type;
     NodeId q;
     if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same && qk_norm == QkNormKind::PerHead) {
-        q = b.fused_qkv_norm(il, x, in.kv.positions, fused_qkv_meta(m, l, p));
+        q = b.fused_qkv_norm(il, x, in.kv, fused_qkv_meta(m, l, p));
     } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same) {
-        q = b.fused_qkv(il, x, in.kv.positions, fused_qkv_meta(m, l, p));
+        q = b.fused_qkv(il, x, in.kv, fused_qkv_meta(m, l, p));
     } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);
-        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv.positions, fused_qkv_meta(m, l, p));
+        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv, fused_qkv_meta(m, l, p));
     } else {
         q = project_qkv(b, m, il, x, in, p, qk_norm);
     }

@@ -53,22 +53,22 @@ void check_kv_fits(const Model& m, const CParams& c, bool gpu) {
                     (gpu ? "on the GPU" : "in memory"));
 }
 
-// The KV layout: on the CPU blocks of kv_block slots (the context rounded up to whole blocks), on a GPU
-// the one block of the unpaged layout its kernels address by position (one sequence).
+// The KV layout: blocks of kv_block slots (the context rounded up to whole blocks), except for one
+// sequence on a GPU, which keeps the unpaged layout (one block of n_ctx slots addressed by position).
 CParams engine_cparams(const Model& m, const EngineParams& p) {
-    const bool gpu = p.device != BackendKind::Cpu;
+    const bool gpu = p.device != BackendKind::Cpu, paged = !gpu || p.max_seqs > 1;
     if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
-    if (gpu && p.max_seqs > 1)
+    if (gpu && p.batch_invariant)
         throw Error(
-            "--device cuda runs one sequence at a time: batched CUDA forward passes are not built yet");
-    if (!gpu && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
+            "--deterministic runs on the CPU only: the CUDA kernels' arithmetic depends on the batch");
+    if (paged && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
         throw Error("the KV block size must be a power of two of at least 16, not " +
                     std::to_string(p.kv_block));
     if (gpu && p.kv_type != GgmlType::F32)
         throw Error(std::string("--kv-type ") + ggml_type_name(p.kv_type) + " runs on the CPU only for now");
     const int64_t n_ctx = requested_ctx(m, p);
-    CParams c = CParams::from_env(gpu ? n_ctx : (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block, gpu);
-    c.kv_block = gpu ? 0 : p.kv_block;
+    CParams c = CParams::from_env(paged ? (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block : n_ctx, gpu);
+    c.kv_block = paged ? p.kv_block : 0;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
     check_kv_fits(m, c, gpu);
@@ -281,7 +281,9 @@ Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
     }
     pl.n_wanted = int64_t(pl.out_rows.size());
     if (pl.out_rows.empty()) pl.out_rows.push_back(int32_t(pl.tokens.size()) - 1);  // a row the graph needs
-    const auto n_tokens = size_t(cparams_.gpu ? pl.tokens.size() : bucket(int64_t(pl.tokens.size())));
+    // One sequence on a GPU runs its exact token count (its prefill graphs run once each).
+    const bool exact = cparams_.gpu && !cparams_.paged();
+    const auto n_tokens = size_t(exact ? pl.tokens.size() : bucket(int64_t(pl.tokens.size())));
     for (std::vector<int32_t>* v : {&pl.tokens, &pl.positions, &pl.slots}) v->resize(n_tokens, v->back());
     pl.out_rows.resize(std::min(n_tokens, size_t(bucket(int64_t(pl.out_rows.size())))), pl.out_rows.back());
     return pl;

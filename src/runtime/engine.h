@@ -24,8 +24,8 @@ class StepObserver;  // runtime/observe.h
 
 // Most tokens per forward pass unless asked otherwise: llama.cpp's default micro-batch (-ub).
 constexpr int64_t kDefaultUbatch = 512;
-// Token slots per KV block on the CPU: the prefix cache's granularity (the attention kernels need a power
-// of two of at least 16).
+// Token slots per KV block of a paged layout: the prefix cache's granularity (the attention kernels need a
+// power of two of at least 16).
 constexpr int64_t kDefaultKvBlock = 32;
 
 cpu::DecodeDot decode_dot_from_env();
@@ -34,10 +34,10 @@ struct EngineParams {
     int64_t n_ctx = 0;                      // KV token slots shared by all sequences; 0: the model's, <= 4096
     int64_t kv_mem = 0;                     // bytes for the KV cache (--kv-mem): sets n_ctx when > 0
     int n_threads = 0;                      // 0: all hardware threads
-    BackendKind device = BackendKind::Cpu;  // Cuda: one sequence, the unpaged layout
+    BackendKind device = BackendKind::Cpu;  // Cuda with max_seqs 1: the unpaged layout
     int64_t n_ubatch = kDefaultUbatch;      // most tokens per forward pass
     int max_seqs = 1;                       // sequences open at once
-    int64_t kv_block = kDefaultKvBlock;     // token slots per KV block (CPU)
+    int64_t kv_block = kDefaultKvBlock;     // token slots per KV block (paged layouts)
     bool prefix_cache = true;               // reuse cached full blocks of equal prompt prefixes
     GgmlType kv_type = GgmlType::F32;       // K/V element type (--kv-type f32 | f16 | q8_0; CPU)
     // Per-column matmul arithmetic independent of the batch (--deterministic): off by default, since it

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/ops_ref.h"
 #include "backend/cuda/ops_cuda.h"
 #include "cuda/cuda_test_util.h"
@@ -94,17 +95,24 @@ struct HeadBounds {
     double s_max = 0.0, v_max = 0.0;
 };
 
-inline HeadBounds head_bounds(const float* qh, const TestRegion& reg, int64_t off, int64_t hd, int64_t n_kv) {
+inline HeadBounds head_bounds(const float* qh, const cpu::KvRows& rows, int64_t off, int64_t hd,
+                              int64_t n_kv) {
     HeadBounds b;
     for (int64_t j = 0; j < n_kv; ++j) {
+        const float *kj = rows.k_row(j) + off, *vj = rows.v_row(j) + off;
         double s = 0.0;
         for (int64_t d = 0; d < hd; ++d) {
-            s += std::fabs(double(qh[d]) * double(reg.k[size_t(j * reg.n_embd + off + d)]));
-            b.v_max = std::max(b.v_max, std::fabs(double(reg.v[size_t(j * reg.n_embd + off + d)])));
+            s += std::fabs(double(qh[d]) * double(kj[d]));
+            b.v_max = std::max(b.v_max, std::fabs(double(vj[d])));
         }
         b.s_max = std::max(b.s_max, s);
     }
     return b;
+}
+
+inline HeadBounds head_bounds(const float* qh, const TestRegion& reg, int64_t off, int64_t hd, int64_t n_kv) {
+    return head_bounds(qh, cpu::contiguous_rows(reg.k.data(), reg.v.data(), reg.n_embd, reg.n_ctx), off, hd,
+                       n_kv);
 }
 
 // Budget of one head's output of cuda::attention, in units of u and max|v| over the keys it sees:
@@ -120,9 +128,7 @@ inline HeadBounds head_bounds(const float* qh, const TestRegion& reg, int64_t of
 //   warp) per split, the warps of a split taking its tiles in turn.
 // Worst case; the observed error is a random walk far below it. One key too many or too few (n_kv <=
 // 2048) moves the output by ~1e-3 max|v|, wrong head mapping or a bad merge by O(max|v|).
-inline double attention_tol(const float* qh, const TestRegion& reg, int64_t off, int64_t hd, int64_t n_kv,
-                            float scale, int splits) {
-    const HeadBounds b = head_bounds(qh, reg, off, hd, n_kv);
+inline double attention_tol(const HeadBounds& b, int64_t hd, int64_t n_kv, float scale, int splits) {
     const int64_t tiles = (n_kv + 7) / 8, per_split = std::max<int64_t>(8, (tiles + splits - 1) / splits);
     const double keys_per_warp = 8.0 * double((per_split + 7) / 8);
     return b.v_max * kU * (2.0 * keys_per_warp + 110.0 + (double(hd) / 8.0 + 22.0) * double(scale) * b.s_max);
@@ -152,9 +158,7 @@ inline double attention_tol(const float* qh, const TestRegion& reg, int64_t off,
 // many or too few moves the output by ~max|v| / K (>= 6e-4 max|v| for K <= 1600; not resolved by the
 // budget at K ~ 4096, where a tile of 32 keys too many or too few still is), wrong head mapping, a bad
 // tile or a bad merge by O(max|v|).
-inline double attention_prefill_tol(const float* qh, const TestRegion& reg, int64_t off, int64_t hd,
-                                    int64_t n_kv, float scale) {
-    const HeadBounds b = head_bounds(qh, reg, off, hd, n_kv);
+inline double attention_prefill_tol(const HeadBounds& b, int64_t hd, int64_t n_kv, float scale) {
     const double keys = double(n_kv), tiles = double((n_kv + 31) / 32);
     return b.v_max * kU * (keys + 6.0 * tiles + 64.0 + (2.0 * double(hd) + 22.0) * double(scale) * b.s_max);
 }
@@ -191,7 +195,7 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
     fill_nan(dout, nt * row);
     const bool prefill = kernel == AttnKernel::Prefill;
     (prefill ? cuda::attention_prefill : cuda::attention)(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(),
-                                                          nullptr);
+                                                          nullptr, cuda::AttnRows::kAll);
     sync();
     Vec want(size_t(nt * row));
     Tol tol(want.size());
@@ -204,8 +208,9 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
         for (int64_t h = 0; h < c.n_head; ++h) {
             const float* qh = qt + h * hd;
             const int64_t off = (h / group) * hd;
-            const double th = prefill ? attention_prefill_tol(qh, reg, off, hd, n_kv, a.scale)
-                                      : attention_tol(qh, reg, off, hd, n_kv, a.scale, splits);
+            const HeadBounds b = head_bounds(qh, reg, off, hd, n_kv);
+            const double th = prefill ? attention_prefill_tol(b, hd, n_kv, a.scale)
+                                      : attention_tol(b, hd, n_kv, a.scale, splits);
             std::fill_n(tol.begin() + t * row + h * hd, hd, th);
         }
     });

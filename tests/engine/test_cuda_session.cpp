@@ -1,7 +1,8 @@
 // The CUDA backend end to end, against the CPU backend computing in f32 on the same weights (for a
 // quantized model: an F32 copy of its dequantized weights, since the GPU keeps activations in f32 too):
 // prefill (cuBLAS) and decode (matrix-vector kernels, fused decode graph, CUDA-graph replay) logits,
-// fused against unfused decode, and replay against eager execution. Skipped where there is no GPU.
+// fused against unfused decode, replay against eager execution, and many sequences in one forward (the
+// paged layout) against a CPU engine running the same batches. Skipped where there is no GPU.
 #include <gtest/gtest.h>
 
 #ifdef MINFER_HAVE_CUDA
@@ -23,6 +24,7 @@
 #include "gguf/gguf_writer.h"
 #include "models/model.h"
 #include "models/synth.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
@@ -237,6 +239,65 @@ TEST(CudaSession, MicroBatchedPrefillMatchesCpu) {
     const std::span<const float> got = gpu.forward(ids, nt);
     EXPECT_EQ(gpu.steps(), 3);
     EXPECT_LE(max_abs_diff(got, want), 1e-2f * max_abs(want));
+}
+
+// One forward of the engines over `chunks`; the GPU's wanted logits must be within budget * max|logit|
+// of the CPU's. Returns each chunk's next token (the CPU's greedy pick), so both engines go on alike.
+std::vector<int32_t> forward_both(Engine& gpu, Engine& cpu, const std::vector<Engine::Chunk>& chunks,
+                                  float budget, int64_t n_vocab) {
+    const std::span<const float> w = cpu.forward(chunks);
+    const std::vector<float> want(w.begin(), w.end());
+    const std::span<const float> got = gpu.forward(chunks);
+    EXPECT_LE(max_abs_diff(got, want), budget * max_abs(want)) << chunks.size() << " sequences";
+    std::vector<int32_t> next;
+    size_t row = 0;
+    for (const Engine::Chunk& c : chunks) {
+        row += size_t(c.n_logits);
+        next.push_back(argmax(std::span(want).subspan((row - 1) * size_t(n_vocab), size_t(n_vocab))));
+    }
+    return next;
+}
+
+// Many sequences in one forward on the GPU (the paged layout, blocks of 32): twelve prompts of 1 to 70
+// tokens in one forward (prefill chunks beside single rows, the query-tiled attention's tiles
+// straddling them), then decode steps of all twelve (cuBLAS products, single-row chunks), of five (the
+// matrix-vector kernels and the decode attention kernel) and of one (the fused decode graph, paged):
+// each step's logits against a CPU engine running the same batches on the dequantized weights, within
+// CudaVsCpu's prefill budget (the batched products take the prefill path).
+TEST(CudaBatch, ManySequencesMatchCpuEngine) {
+    MINFER_REQUIRE_GPU();
+    for (const TypeCase& c :
+         {TypeCase{"qwen2", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 0},
+          TypeCase{"llama", GgmlType::F16, 1e-4f, 0}}) {
+        SCOPED_TRACE(std::string(c.arch) + " " + ggml_type_name(c.type));
+        const auto m = synth(c.arch, c.type);
+        const auto ref = dequantized(*m);
+        EngineParams p;
+        p.n_ctx = 1024, p.n_threads = 2, p.max_seqs = 12;
+        Engine cpu(*ref, p);
+        p.device = BackendKind::Cuda;
+        Engine gpu(*m, p);
+        ASSERT_TRUE(gpu.cparams().paged());
+        std::vector<std::vector<int32_t>> prompts;
+        std::vector<Engine::Chunk> chunks;
+        for (int n : {1, 5, 33, 47, 70, 9, 2, 64, 17, 3, 40, 11}) {
+            prompts.push_back(prompt(n, m->hp.n_vocab));
+            std::rotate(prompts.back().begin(), prompts.back().begin() + n / 2, prompts.back().end());
+            const SeqId s = gpu.open();
+            ASSERT_EQ(cpu.open(), s);
+            chunks.push_back({s, prompts.back(), std::min(n, 3)});
+        }
+        std::vector<int32_t> next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
+        for (size_t live : {12u, 5u, 1u}) {
+            for (size_t s = live; s < chunks.size(); ++s) gpu.close(chunks[s].seq), cpu.close(chunks[s].seq);
+            chunks.resize(live), next.resize(live);
+            for (int step = 0; step < 4; ++step) {
+                const std::vector<int32_t> fed = next;
+                for (size_t s = 0; s < live; ++s) chunks[s] = {chunks[s].seq, std::span(&fed[s], 1), 1};
+                next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
@@ -40,10 +41,12 @@ __device__ int64_t lmax(int64_t a, int64_t b) {
 struct AttnArgs {
     const float* q;
     KvRegion r;
-    const int32_t* pos;
+    KvSlots at;
     float* out;
     AttnShape a;
+    int64_t nt;
     int splits;  // blocks along z, one cluster; each walks a share of the keys
+    AttnRows rows;
 };
 
 // Keys a warp takes at once (a tile): kLanesPerKey lanes score each, every lane's loads in flight
@@ -97,19 +100,22 @@ __device__ float score_key(const float* kr, const float* sq, int64_t hd) {
     return v;
 }
 
-// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) for one warp: lanes 4i..4i+3 score key j0 + i; the warp
-// updates the max once; then the lanes run along the head's elements and add p_j * v_j over the tile's
-// keys (the tile's v rows loaded together, p read back from the warp's sp).
+// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) of the sequence whose block-table row is `blocks`, for
+// one warp: lanes 4i..4i+3 score key j0 + i; the warp updates the max once; then the lanes run along the
+// head's elements and add p_j * v_j over the tile's keys (the tile's v rows loaded together, p read back
+// from the warp's sp).
 template <int kE>
-__device__ void walk_tile(const AttnArgs& p, const float* sq, float* sp, int64_t kvh, int64_t j0,
-                          int64_t n_kv, WarpState<kE>& st) {
+__device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float* sq, float* sp, int64_t kvh,
+                          int64_t j0, int64_t n_kv, WarpState<kE>& st) {
     const int lane = threadIdx.x % kWarp, key = lane / kLanesPerKey;
     const int64_t hd = p.a.head_dim, j = j0 + key;
-    const float s = score_key<kE>(p.r.k + lmin(j, n_kv - 1) * p.r.n_embd + kvh * hd, sq, hd);
+    const int32_t shift = p.at.block_shift;
+    const float s =
+        score_key<kE>(p.r.k + row_slot(blocks, shift, lmin(j, n_kv - 1)) * p.r.n_embd + kvh * hd, sq, hd);
     float vv[kTile][kE];
 #pragma unroll
     for (int i = 0; i < kTile; ++i) {
-        const float* vr = p.r.v + lmin(j0 + i, n_kv - 1) * p.r.n_embd + kvh * hd;
+        const float* vr = p.r.v + row_slot(blocks, shift, lmin(j0 + i, n_kv - 1)) * p.r.n_embd + kvh * hd;
 #pragma unroll
         for (int e = 0; e < kE; ++e) vv[i][e] = lane + kWarp * e < hd ? __ldg(vr + lane + kWarp * e) : 0.0f;
     }
@@ -175,10 +181,11 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
 // before the query's own were written by earlier steps and the positions by the host before this step's
 // first kernel, so this runs before waiting for the previous kernel (which writes the query's row: a line
 // fetched early is updated in L2 by that write).
-__device__ void prefetch_keys(const KvRegion& r, int64_t off, int64_t hd, int64_t j0, int64_t j1) {
+__device__ void prefetch_keys(const KvRegion& r, const int32_t* blocks, int32_t shift, int64_t off,
+                              int64_t hd, int64_t j0, int64_t j1) {
     const int64_t lines = (hd * int64_t(sizeof(float)) + 127) / 128, per_row = 2 * lines;
     for (int64_t k = threadIdx.x; k < (j1 - j0) * per_row; k += blockDim.x) {
-        const int64_t j = j0 + k / per_row, line = k % per_row % lines;
+        const int64_t j = row_slot(blocks, shift, j0 + k / per_row), line = k % per_row % lines;
         const float* row = (k % per_row < lines ? r.k : r.v) + j * r.n_embd + off;
         prefetch_l2(reinterpret_cast<const char*>(row) + line * 128);
     }
@@ -230,11 +237,13 @@ __global__ void attention_kernel(AttnArgs p) {
     const int warp = threadIdx.x / kWarp;
     const int64_t hd = p.a.head_dim, h = blockIdx.x, t = blockIdx.y;
     const int64_t kvh = h / (p.a.n_head / p.a.n_head_kv);
-    const int64_t n_kv = lmin(int64_t(p.pos[t]) + 1, p.r.n_ctx);
+    if (!serves_row(p.rows, p.at, t, p.nt)) return;
+    const int64_t n_kv = lmin(int64_t(p.at.pos[t]) + 1, seq_capacity(p.at, p.r));
+    const int32_t* blocks = seq_blocks(p.at, t);
     const KeyShare share(n_kv, p.splits);
     if (share.active == 1 && blockIdx.z > 0) return;  // split 0 holds every key: no merge
     const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
-    prefetch_keys(p.r, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
+    prefetch_keys(p.r, blocks, p.at.block_shift, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
     wait_for_inputs();
 
     float* sq = sh_acc + (kWarps + 1) * hd;  // q * scale
@@ -243,7 +252,7 @@ __global__ void attention_kernel(AttnArgs p) {
     __syncthreads();
     WarpState<kE> st;
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
-        walk_tile<kE>(p, sq, sh_p[warp], kvh, tile * kTile, n_kv, st);
+        walk_tile<kE>(p, blocks, sq, sh_p[warp], kvh, tile * kTile, n_kv, st);
     merge_warps<kE>(p, st, sh_m, sh_l, sh_acc, split, h, t, share.active);
     if (share.active > 1) merge_splits(p, split, sh_acc + kWarps * hd, h, t);
 }
@@ -269,7 +278,7 @@ __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t
 
 struct EpilogueArgs {
     const float *q, *k, *v;
-    const int32_t* pos;
+    KvSlots at;
     QkvEpilogue e;
     float* q_out;
     KvRegion r;
@@ -316,7 +325,7 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
     extern __shared__ float sh[];  // [head_dim]
     const QkvEpilogue& e = p.e;
     const int64_t hd = e.rope.head_dim, t = blockIdx.y, d = threadIdx.x, n_q = e.rope.n_head;
-    const int64_t b = blockIdx.x, pos = p.pos[t];
+    const int64_t b = blockIdx.x, pos = p.at.pos[t];
     const int kind = b < n_q ? 0 : b < n_q + e.n_head_kv ? 1 : 2;  // Q, K, V
     const int64_t h = kind == 0 ? b : kind == 1 ? b - n_q : b - n_q - e.n_head_kv;
     const float* src = kind == 0   ? p.q + t * e.q_stride
@@ -340,8 +349,8 @@ __global__ void qkv_epilogue_kernel(EpilogueArgs p) {
     if (d >= hd) return;
     if (kind == 0) {
         p.q_out[t * n_q * hd + h * hd + d] = x;
-    } else if (pos >= 0 && pos < p.r.n_ctx) {
-        (kind == 1 ? p.r.k : p.r.v)[pos * p.r.n_embd + h * hd + d] = x;
+    } else if (const int64_t slot = own_slot(p.at, p.r, t); slot >= 0) {
+        (kind == 1 ? p.r.k : p.r.v)[slot * p.r.n_embd + h * hd + d] = x;
     }
 }
 
@@ -368,12 +377,12 @@ int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
         std::clamp<int64_t>(264 / std::max<int64_t>(a.n_head, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
 }
 
-void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-               float* out, Stream s) {
+void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
+               float* out, Stream s, AttnRows rows) {
     if (nt <= 0) return;
     if (a.head_dim > 256 || a.head_dim % 4 != 0 || a.n_head % a.n_head_kv != 0)
         throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
-    const AttnArgs p{q, r, pos, out, a, attention_splits(a, nt, r.n_ctx)};
+    const AttnArgs p{q, r, at, out, a, nt, attention_splits(a, nt, r.n_ctx), rows};
     const dim3 grid(unsigned(a.n_head), unsigned(nt), unsigned(p.splits));
     const size_t shmem = size_t((kWarps + 2) * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
@@ -407,7 +416,7 @@ void rope_table(const RopeShape& r, int64_t n_pos, float* cs, Stream s) {
            s, r, n_pos, reinterpret_cast<float2*>(cs));
 }
 
-void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
+void qkv_epilogue(const float* q, const float* k, const float* v, const KvSlots& at, int64_t nt,
                   const QkvEpilogue& e, float* q_out, const KvRegion& r, Stream s) {
     if (nt <= 0) return;
     const int64_t hd = e.rope.head_dim;
@@ -415,7 +424,7 @@ void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t*
     const dim3 grid(unsigned(e.rope.n_head + 2 * e.n_head_kv), unsigned(nt));
     const unsigned threads = unsigned((hd + kWarp - 1) / kWarp * kWarp);
     launch("qkv_epilogue kernel", qkv_epilogue_kernel, grid, threads, size_t(hd) * sizeof(float), s,
-           EpilogueArgs{q, k, v, pos, e, q_out, r});
+           EpilogueArgs{q, k, v, at, e, q_out, r});
 }
 
 }  // namespace minfer::cuda

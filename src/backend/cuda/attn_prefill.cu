@@ -39,6 +39,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
@@ -66,12 +67,13 @@ constexpr int kBlocksPerSm = 12;  // the grid is split until it has about this m
 struct PrefillArgs {
     const float* q;
     KvRegion r;
-    const int32_t* pos;
+    KvSlots at;
     float* out;
     AttnShape a;
     int64_t nt;
     int splits;  // blocks along z, one cluster; each walks a share of the key tiles
     bool q_vec;  // q and q_stride on 16-byte boundaries
+    AttnRows rows;
 };
 
 // Shared memory of a block, in floats: Q [kBq][hd + kPad], K [kBk][hd + kPad], V [kBk][hd], P.
@@ -97,21 +99,35 @@ struct RowState {
     float m[kRm], l[kRm], o[kRm][kC][4];
 };
 
-// The keys the block's rows see: every row sees [0, lo), none sees a key at or past hi; lim[r] is the
-// count of the lane's row r (0 for a row past nt).
+// The keys the block's rows see of one sequence (the rows' segment; the unpaged layout has one): every
+// row sees [0, lo), none sees a key at or past hi; lim[r] is the count of the lane's row r (0 for a row
+// past nt or of another sequence); blocks is the sequence's block-table row (null when unpaged).
 struct BlockKeys {
     int lo, hi, lim[kRm];
+    unsigned rows;  // the rows of the sequence, a bit per row of the block
+    const int32_t* blocks;
 };
 
-__device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0) {
+// The rows of the block to serve: a bit per row (lane) below nt that the launch serves.
+__device__ unsigned block_rows(const PrefillArgs& p, int64_t t0) {
+    const int64_t t = t0 + threadIdx.x % kWarp;
+    return __ballot_sync(0xffffffffu, t < p.nt && serves_row(p.rows, p.at, t, p.nt));
+}
+
+// The keys of the sequence of the first row in `todo`, whose rows it then removes from todo.
+__device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0, unsigned& todo) {
     const int lane = threadIdx.x % kWarp;
-    const int64_t t = t0 + lane;
+    const int64_t t = t0 + lane, first = t0 + __ffs(todo) - 1;
+    const bool member = (todo >> lane & 1u) && (!p.at.table || p.at.slot[t] == p.at.slot[first]);
+    todo &= ~__ballot_sync(0xffffffffu, member);
     int n = 0;
-    if (t < p.nt) {
-        const int64_t limit = int64_t(p.pos[t]) + 1;
-        n = int(limit < 0 ? 0 : limit < p.r.n_ctx ? limit : p.r.n_ctx);
+    if (member) {
+        const int64_t limit = int64_t(p.at.pos[t]) + 1, cap = seq_capacity(p.at, p.r);
+        n = int(limit < 0 ? 0 : limit < cap ? limit : cap);
     }
     BlockKeys k;
+    k.rows = __ballot_sync(0xffffffffu, member);
+    k.blocks = seq_blocks(p.at, first);
     k.lo = __reduce_min_sync(0xffffffffu, t < p.nt ? n : INT_MAX);
     k.hi = __reduce_max_sync(0xffffffffu, n);
     const int row0 = threadIdx.x / kWarp * kWarpRows + lane / kTx;
@@ -163,15 +179,15 @@ __device__ void stage_q(const PrefillArgs& p, int64_t t0, int64_t h, int hd, flo
     }
 }
 
-// Starts copying region rows [j0, j0 + kBk) of one head (hd floats at `col`) into dst, rows `stride`
-// floats apart; rows at or past `end` repeat row end - 1 (finite, and masked out of every row).
-__device__ void load_tile(const float* src, const KvRegion& r, int64_t col, int j0, int end, int hd,
-                          float* dst, int stride) {
-    const int q4 = hd / 4;
+// Starts copying the sequence's rows [j0, j0 + kBk) of one head (hd floats at `col`) into dst, rows
+// `stride` floats apart; rows at or past `end` repeat row end - 1 (finite, and masked out of every row).
+__device__ void load_tile(const float* src, const PrefillArgs& p, const BlockKeys& keys, int64_t col, int j0,
+                          int hd, float* dst, int stride) {
+    const int q4 = hd / 4, end = keys.hi;
     for (int k = threadIdx.x; k < kBk * q4; k += kThreads) {
         const int i = k / q4, c = k % q4;
-        const int64_t j = j0 + i < end ? j0 + i : end - 1;
-        cp_async16(dst + i * stride + 4 * c, src + j * r.n_embd + col + 4 * c);
+        const int64_t j = row_slot(keys.blocks, p.at.block_shift, j0 + i < end ? j0 + i : end - 1);
+        cp_async16(dst + i * stride + 4 * c, src + j * p.r.n_embd + col + 4 * c);
     }
     cp_async_commit();
 }
@@ -275,16 +291,17 @@ __device__ float row_sum(float l) {
     return l;
 }
 
-// out = o / l for the lane's rows below nt (0 for a row that saw no key): the block held every key.
+// out = o / l for the lane's rows of the sequence (0 for a row that saw no key): the block held every key.
 template <int kC, bool kExact>
-__device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, int64_t t0, int64_t h, int hd) {
+__device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, const BlockKeys& keys, int64_t t0,
+                           int64_t h, int hd) {
     const int lane = threadIdx.x % kWarp, tx = lane % kTx;
     const int64_t row0 = t0 + threadIdx.x / kWarp * kWarpRows + lane / kTx;
 #pragma unroll
     for (int r = 0; r < kRm; ++r) {
         const float l = row_sum(st.l[r]);
         const int64_t t = row0 + kTy * r;
-        if (t >= p.nt) continue;
+        if (!(keys.rows >> (t - t0) & 1u)) continue;
         float* out = p.out + (t * p.a.n_head + h) * hd;
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
@@ -316,22 +333,24 @@ __device__ void store_split(const RowState<kC>& st, int hd, float* qs, float2* m
     }
 }
 
-// The active splits of a cluster merge their states through distributed shared memory: split z writes
-// rows z, z + active, ... of the block's rows, 4 elements a thread, every split's state loaded before
+// The active splits of a cluster merge their states through distributed shared memory: split z < active
+// writes the sequence's rows among z, z + active, ... of the block's rows, 4 elements a thread (splits
+// past `active` only join the barriers), every split's state loaded before
 // any is used, then merged in split order (splits where the row saw no key skipped): out = sum_s o_s f_s /
 // sum_s l_s f_s with f_s = expf(m_s - m), m the largest m_s. Splits past `active` have exited: a cluster
 // barrier waits only for the threads that have not.
-__device__ void merge_splits(const PrefillArgs& p, const float* qs, const float2* ml, int64_t t0, int64_t h,
-                             int hd, int active) {
+__device__ void merge_splits(const PrefillArgs& p, const float* qs, const float2* ml, const BlockKeys& keys,
+                             int64_t t0, int64_t h, int hd, int active) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every active split's state is written
-    const int z = int(cluster.block_rank()), q4 = hd / 4, rows = (kBq - z + active - 1) / active;
+    const int z = int(cluster.block_rank()), q4 = hd / 4;
+    const int rows = z < active ? (kBq - z + active - 1) / active : 0;
     for (int k = threadIdx.x; k < rows * q4; k += kThreads) {
         const int i = z + active * (k / q4), c = k % q4;
         const int64_t t = t0 + i;
-        if (t >= p.nt) continue;
+        if (!(keys.rows >> i & 1u)) continue;
         float2 ms[kMaxSplits];
         float4 os[kMaxSplits];
 #pragma unroll
@@ -373,27 +392,24 @@ __device__ void init_state(RowState<kC>& st) {
     }
 }
 
-// One block: query rows [t0, t0 + kBq) of head blockIdx.x, its split's key tiles [first, last) of
-// [0, ceil(hi / kBk)). K(i) is in flight from the previous iteration (or before the loop); V(i) is copied
-// during the scores, K(i + 1) during P V. kC: 32-element column groups a lane may hold (head_dim <= 32
-// kC); kExact: head_dim == 32 kC. (A minimum of 1 block per SM in the launch bounds: without it ptxas
-// held the head_dim-64 instance to 128 registers and spilled.)
+// The block's rows of one sequence (keys), its split's key tiles [first, last) of [0, ceil(hi / kBk)).
+// K(i) is in flight from the previous iteration (or before the loop); V(i) is copied during the scores,
+// K(i + 1) during P V. A split without keys only joins the merge's barriers, or exits when this is the
+// block's last sequence (a cluster barrier waits only for the threads that have not exited).
 template <int kC, bool kExact>
-__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillArgs p) {
-    begin_kernel();
-    extern __shared__ __align__(16) float sh[];
-    __shared__ float2 ml[kBq];  // each row's max and sum when the splits merge
-    const int hd = kExact ? 32 * kC : int(p.a.head_dim);
-    const int64_t h = blockIdx.x, t0 = int64_t(gridDim.y - 1 - blockIdx.y) * kBq;  // heaviest tiles first
+__device__ void serve_rows(const PrefillArgs& p, const BlockKeys& keys, bool last_seq, int64_t t0, int64_t h,
+                           int hd, float* sh, float2* ml) {
     const int64_t col = h / (p.a.n_head / p.a.n_head_kv) * hd;
     float* qs = sh;
     float* ks = qs + kBq * (hd + kPad);
     float* vs = ks + kBk * (hd + kPad);
     float* ps = vs + kBk * hd;
-    const BlockKeys keys = block_keys(p, t0);
     const KeyShare share = key_share(keys.hi, p.splits);
-    if (int(blockIdx.z) >= share.active) return;  // no keys here: no part in the merge
-    if (share.first < share.last) load_tile(p.r.k, p.r, col, share.first * kBk, keys.hi, hd, ks, hd + kPad);
+    if (int(blockIdx.z) >= share.active) {
+        if (!last_seq && share.active > 1) merge_splits(p, qs, ml, keys, t0, h, hd, share.active);
+        return;
+    }
+    if (share.first < share.last) load_tile(p.r.k, p, keys, col, share.first * kBk, hd, ks, hd + kPad);
     stage_q(p, t0, h, hd, qs);
     RowState<kC> st;
     init_state<kC>(st);
@@ -401,18 +417,36 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillA
         const int j0 = i * kBk;
         cp_async_wait();
         __syncthreads();  // K(i) and q are in; every warp is done with V(i - 1) and P(i - 1)
-        load_tile(p.r.v, p.r, col, j0, keys.hi, hd, vs, hd);
+        load_tile(p.r.v, p, keys, col, j0, hd, vs, hd);
         float s[kRm][kCk];
         score_tile<kC, kExact>(qs, ks, hd, s);
         softmax_tile<kC>(s, st, keys, j0, ps);
         cp_async_wait();
         __syncthreads();  // V(i) and P(i) are in; every warp is done with K(i)
-        if (i + 1 < share.last) load_tile(p.r.k, p.r, col, j0 + kBk, keys.hi, hd, ks, hd + kPad);
+        if (i + 1 < share.last) load_tile(p.r.k, p, keys, col, j0 + kBk, hd, ks, hd + kPad);
         accumulate_tile<kC, kExact>(ps, vs, hd, st);
     }
-    if (share.active == 1) return write_rows<kC, kExact>(p, st, t0, h, hd);
+    if (share.active == 1) return write_rows<kC, kExact>(p, st, keys, t0, h, hd);
     store_split<kC, kExact>(st, hd, qs, ml);
-    merge_splits(p, qs, ml, t0, h, hd, share.active);
+    merge_splits(p, qs, ml, keys, t0, h, hd, share.active);
+}
+
+// One block: query rows [t0, t0 + kBq) of head blockIdx.x, served one sequence after another (one pass
+// in the unpaged layout). kC: 32-element column groups a lane may hold (head_dim <= 32 kC); kExact:
+// head_dim == 32 kC. (A minimum of 1 block per SM in the launch bounds: without it ptxas held the
+// head_dim-64 instance to 128 registers and spilled.)
+template <int kC, bool kExact>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(PrefillArgs p) {
+    begin_kernel();
+    extern __shared__ __align__(16) float sh[];
+    __shared__ float2 ml[kBq];  // each row's max and sum when the splits merge
+    const int hd = kExact ? 32 * kC : int(p.a.head_dim);
+    const int64_t h = blockIdx.x, t0 = int64_t(gridDim.y - 1 - blockIdx.y) * kBq;  // heaviest tiles first
+    for (unsigned todo = block_rows(p, t0); todo != 0;) {
+        const BlockKeys keys = block_keys(p, t0, todo);
+        serve_rows<kC, kExact>(p, keys, todo == 0, t0, h, hd, sh, ml);
+        __syncthreads();  // the next sequence's tiles and Q overwrite shared memory
+    }
 }
 
 // Launches one instance, its dynamic shared-memory limit raised once to what its largest head needs.
@@ -448,8 +482,8 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
-void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-                       float* out, Stream s) {
+void attention_prefill(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
+                       float* out, Stream s, AttnRows rows) {
     if (nt <= 0) return;
     if (a.head_dim > 256 || a.head_dim <= 0 || a.head_dim % 4 != 0 || a.n_head_kv <= 0 ||
         a.n_head % a.n_head_kv != 0)
@@ -459,7 +493,7 @@ void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, in
         throw Error("CUDA attention_prefill: KV rows not 16-byte aligned or region too long");
     if ((nt + kBq - 1) / kBq > 65535) throw Error("CUDA attention_prefill: too many query rows");
     const PrefillArgs p{
-        q, r, pos, out, a, nt, prefill_splits(a, nt, r.n_ctx), aligned16(q) && a.q_stride % 4 == 0};
+        q, r, at, out, a, nt, prefill_splits(a, nt, r.n_ctx), aligned16(q) && a.q_stride % 4 == 0, rows};
     if (a.head_dim == 64) return launch_prefill<2, true>(p, s);
     if (a.head_dim == 128) return launch_prefill<4, true>(p, s);
     if (a.head_dim <= 128) return launch_prefill<4, false>(p, s);

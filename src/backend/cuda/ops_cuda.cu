@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
@@ -125,10 +126,10 @@ __global__ void get_rows_f32_kernel(const float* src, int64_t d, const int32_t* 
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[blockIdx.x * d + i] = row[i];
 }
 
-__global__ void kv_store_kernel(const float* k, const float* v, const int32_t* pos, KvRegion r) {
+__global__ void kv_store_kernel(const float* k, const float* v, KvSlots at, KvRegion r) {
     begin_kernel();
-    const int64_t t = blockIdx.x, p = pos[t];
-    if (p < 0 || p >= r.n_ctx) return;
+    const int64_t t = blockIdx.x, p = own_slot(at, r, t);
+    if (p < 0) return;
     for (int64_t i = threadIdx.x; i < r.n_embd; i += blockDim.x) {
         r.k[p * r.n_embd + i] = k[t * r.n_embd + i];
         r.v[p * r.n_embd + i] = v[t * r.n_embd + i];
@@ -178,9 +179,9 @@ void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, f
     launch("get_rows_f32 kernel", get_rows_f32_kernel, unsigned(nt), 256, 0, s, src, d, ids, out);
 }
 
-void kv_store(const float* k, const float* v, const int32_t* pos, int64_t nt, const KvRegion& r, Stream s) {
+void kv_store(const float* k, const float* v, const KvSlots& at, int64_t nt, const KvRegion& r, Stream s) {
     if (nt <= 0) return;
-    launch("kv_store kernel", kv_store_kernel, unsigned(nt), 256, 0, s, k, v, pos, r);
+    launch("kv_store kernel", kv_store_kernel, unsigned(nt), 256, 0, s, k, v, at, r);
 }
 
 }  // namespace minfer::cuda

@@ -32,34 +32,55 @@ void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s);
 // out[t] = src[ids[t]] for rows of d floats.
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s);
 
-// A layer's persistent K and V regions: [n_ctx][n_embd] f32 each.
+// A layer's persistent K and V regions: [n_ctx][n_embd] f32 each (n_ctx token slots).
 struct KvRegion {
     float* k;
     float* v;
     int64_t n_embd, n_ctx;
 };
-// Rows t < nt of k and v ([nt][n_embd]) into the region at positions pos[t] (out-of-range skipped).
-void kv_store(const float* k, const float* v, const int32_t* pos, int64_t nt, const KvRegion& r, Stream s);
+
+// Where the rows of each token's sequence live, read on the device: row j of token t's sequence is in
+// slot table[slot[t] * max_blocks + j / 2^block_shift] * 2^block_shift + j % 2^block_shift (the paged
+// layout), or in slot j when there is no table (the unpaged layout of one sequence). Token t itself is
+// row pos[t]. Made from positions alone, it is the unpaged layout.
+struct KvSlots {
+    const int32_t* pos;              // [nt]
+    const int32_t* slot = nullptr;   // [nt]: each token's block-table row; null: unpaged
+    const int32_t* table = nullptr;  // [max_seqs][max_blocks]
+    int32_t max_blocks = 1, block_shift = 0;
+    KvSlots(const int32_t* positions) : pos(positions) {}  // NOLINT: positions alone are the unpaged layout
+    KvSlots(const int32_t* positions, const int32_t* slots, const int32_t* tables, int32_t blocks,
+            int32_t shift)
+        : pos(positions), slot(slots), table(tables), max_blocks(blocks), block_shift(shift) {}
+};
+// Rows t < nt of k and v ([nt][n_embd]) into their slots (rows past their sequence's capacity skipped).
+void kv_store(const float* k, const float* v, const KvSlots& at, int64_t nt, const KvRegion& r, Stream s);
 
 struct AttnShape {
     int64_t n_head, n_head_kv, head_dim;
     int64_t q_stride;  // floats between token rows of q (q may sit in a wider buffer)
     float scale;
 };
-// Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]].
+// Which query rows a launch serves: all, or in a paged batch the rows alone in their chunk (a decode
+// token: no neighbouring row of its sequence) or the others (prefill chunks). A batch of both runs the
+// per-row kernel (attention) on the single rows and the query-tiled one (attention_prefill) on the chunks.
+enum class AttnRows : uint8_t { kAll, kSingle, kChunked };
+
+// Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]] of its sequence.
 // out: [nt][n_head * head_dim]. Decode (nt == 1) splits contexts of more than 64 keys over up to
 // attention_splits() blocks per head, one thread-block cluster, which merge their partial softmaxes (1
 // where clusters are missing).
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
-void attention(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-               float* out, Stream s);
+void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
+               float* out, Stream s, AttnRows rows = AttnRows::kAll);
 // The same attention for prefill (nt > kMaxMatvecTokens), query-tiled: a block per 32 query rows of a
 // head walks key tiles of 32 in shared memory with an online softmax, no score matrix in memory; the keys
-// a block walks end at its rows' largest position (read on the device, in any order). When the grid is
-// small, the keys are split over the blocks of a thread-block cluster, which merge their softmaxes.
+// a block walks end at its rows' largest position (read on the device, in any order). A block whose rows
+// belong to several sequences (paged) takes them one sequence after another. When the grid is small,
+// the keys are split over the blocks of a thread-block cluster, which merge their softmaxes.
 // head_dim % 4 == 0, at most 256; K and V rows 16-byte aligned.
-void attention_prefill(const float* q, const KvRegion& r, const int32_t* pos, int64_t nt, const AttnShape& a,
-                       float* out, Stream s);
+void attention_prefill(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
+                       float* out, Stream s, AttnRows rows = AttnRows::kAll);
 
 // Prefill attention's middle step (the products around it run in cuBLAS): score rows
 // scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero.
@@ -81,7 +102,7 @@ struct RopeTable {
 void rope_table(const RopeShape& r, int64_t n_pos, float* cs, Stream s);
 
 // The QKV fusions' epilogue for nt rows: biases (nullable), optional per-head RMSNorm of Q and K
-// (Qwen3), RoPE on Q and K, Q to q_out ([nt][n_head * head_dim]), K and V into the region at pos[t].
+// (Qwen3), RoPE on Q and K (at pos[t]), Q to q_out ([nt][n_head * head_dim]), K and V into their slots.
 struct QkvEpilogue {
     RopeShape rope;
     int64_t n_head_kv;
@@ -91,7 +112,7 @@ struct QkvEpilogue {
     int64_t q_stride, k_stride, v_stride;  // floats between token rows of the three inputs
     RopeTable table;
 };
-void qkv_epilogue(const float* q, const float* k, const float* v, const int32_t* pos, int64_t nt,
+void qkv_epilogue(const float* q, const float* k, const float* v, const KvSlots& at, int64_t nt,
                   const QkvEpilogue& e, float* q_out, const KvRegion& r, Stream s);
 
 }  // namespace minfer::cuda

@@ -1,0 +1,243 @@
+// The KV kernels in the paged layout (cuda::KvSlots): sequences hold their rows in blocks scattered over
+// one region through a block table, and one launch serves the tokens of several sequences. kv_store puts
+// each row in its slot; the decode kernel gives each row what it gives the same sequence laid out
+// contiguously (bit for bit: addressing is all that differs); the query-tiled prefill kernel, whose tiles
+// of 32 rows then straddle sequences (prefill chunks beside single decode rows), stays within its budget
+// against attention_ref over the sequence's own rows, also when the decode rows of the batch go to the
+// decode kernel and only the chunks to the tiled one (AttnRows). Unused block-table entries point at a block
+// of NaN rows, so that reading past a sequence shows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/attn_test_util.h"
+
+namespace minfer::test {
+namespace {
+
+// The sequences of one launch: rows [0, past + n_new) of sequence s are in its blocks, and its n_new
+// tokens (positions past, past + 1, ...) are consecutive rows of the batch.
+struct Chunk {
+    int32_t past, n_new;
+};
+
+// Blocks of 2^shift rows handed out at random; block 0 is the poison block (NaN rows), which every
+// unused table entry names.
+struct PagedLayout {
+    int32_t shift, max_blocks;
+    int64_t n_blocks;
+    std::vector<int32_t> table;  // [n_seq][max_blocks]
+
+    int64_t block() const { return int64_t(1) << shift; }
+    cpu::KvRows rows(const TestRegion& reg, size_t s) const {
+        return {reg.k.data(), reg.v.data(), reg.n_embd, table.data() + s * size_t(max_blocks), shift};
+    }
+};
+
+PagedLayout scatter(const std::vector<Chunk>& chunks, int32_t shift, int32_t max_blocks, std::mt19937& rng) {
+    PagedLayout l{shift, max_blocks, 1, {}};
+    std::vector<int64_t> need;
+    for (const Chunk& c : chunks) need.push_back((c.past + c.n_new + l.block() - 1) >> shift);
+    l.n_blocks += std::accumulate(need.begin(), need.end(), int64_t(0)) + 3;  // and three spare
+    std::vector<int32_t> ids(size_t(l.n_blocks - 1));
+    std::iota(ids.begin(), ids.end(), 1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    l.table.assign(chunks.size() * size_t(max_blocks), 0);
+    size_t next = 0;
+    for (size_t s = 0; s < chunks.size(); ++s)
+        for (int64_t b = 0; b < need[s]; ++b) l.table[s * size_t(max_blocks) + size_t(b)] = ids[next++];
+    return l;
+}
+
+// The poison block's rows of a random region of the layout's blocks set to NaN.
+void poison(TestRegion& reg, const PagedLayout& l) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::fill_n(reg.k.begin(), l.block() * reg.n_embd, nan);
+    std::fill_n(reg.v.begin(), l.block() * reg.n_embd, nan);
+    reg.dk.upload(reg.k);
+    reg.dv.upload(reg.v);
+}
+
+// The batch's positions and block-table rows, chunk after chunk.
+struct BatchRows {
+    Pos pos, slot;
+};
+BatchRows batch_rows(const std::vector<Chunk>& chunks) {
+    BatchRows b;
+    for (size_t s = 0; s < chunks.size(); ++s)
+        for (int32_t i = 0; i < chunks[s].n_new; ++i)
+            b.pos.push_back(chunks[s].past + i), b.slot.push_back(int32_t(s));
+    return b;
+}
+
+struct DeviceSlots {
+    DeviceBuffer<int32_t> pos, slot, table;
+    int32_t max_blocks, shift;
+    DeviceSlots(const BatchRows& b, const PagedLayout& l)
+        : pos(b.pos), slot(b.slot), table(l.table), max_blocks(l.max_blocks), shift(l.shift) {}
+    cuda::KvSlots view() const { return {pos.get(), slot.get(), table.get(), max_blocks, shift}; }
+};
+
+// Sequence s's first n rows copied out of the paged region, contiguous ([n][n_embd]).
+Vec gather(const Vec& region, const PagedLayout& l, size_t s, int64_t n, int64_t n_embd) {
+    Vec out(size_t(n * n_embd));
+    const cpu::KvRows rows{region.data(), region.data(), n_embd, l.table.data() + s * size_t(l.max_blocks),
+                           l.shift};
+    for (int64_t j = 0; j < n; ++j) std::copy_n(rows.k_row(j), n_embd, out.begin() + j * n_embd);
+    return out;
+}
+
+TEST(CudaPaged, KvStorePutsEachRowInItsSlot) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4242);
+    const int64_t n_embd = 128;
+    const std::vector<Chunk> chunks = {{0, 5}, {31, 2}, {60, 1}, {16, 20}};
+    const PagedLayout l = scatter(chunks, 4, 8, rng);
+    BatchRows b = batch_rows(chunks);
+    b.pos.push_back(int32_t(l.max_blocks * l.block())), b.slot.push_back(0);  // past the capacity: skipped
+    b.pos.push_back(-1), b.slot.push_back(1);
+    const auto nt = int64_t(b.pos.size());
+    const Vec k = uniform(rng, nt * n_embd, -1.0f, 1.0f), v = uniform(rng, nt * n_embd, -1.0f, 1.0f);
+    const int64_t n_slots = l.n_blocks * l.block();
+    const Vec k0 = uniform(rng, n_slots * n_embd, 5.0f, 6.0f),
+              v0 = uniform(rng, n_slots * n_embd, 7.0f, 8.0f);
+    DeviceBuffer<float> dk(k), dv(v), rk(k0), rv(v0);
+    const DeviceSlots at(b, l);
+    cuda::kv_store(dk.get(), dv.get(), at.view(), nt, {rk.get(), rv.get(), n_embd, n_slots}, nullptr);
+    sync();
+    Vec want_k = k0, want_v = v0;
+    for (int64_t t = 0; t < nt - 2; ++t) {
+        const cpu::KvRows rows{nullptr, nullptr, 1, l.table.data() + size_t(b.slot[size_t(t)] * l.max_blocks),
+                               l.shift};
+        const int64_t slot = rows.physical(b.pos[size_t(t)]);
+        std::copy_n(k.begin() + t * n_embd, n_embd, want_k.begin() + slot * n_embd);
+        std::copy_n(v.begin() + t * n_embd, n_embd, want_v.begin() + slot * n_embd);
+    }
+    EXPECT_EQ(rk.download(), want_k) << "K rows in their slots, the others untouched";
+    EXPECT_EQ(rv.download(), want_v) << "V rows in their slots, the others untouched";
+}
+
+// One decode row per sequence; each must equal, bit for bit, the same row against the sequence's rows
+// copied into a contiguous region (run with the same split count: nt = 2, or nt = 1 for one sequence).
+void check_decode_rows(const AttnCase& c, const std::vector<Chunk>& chunks, std::mt19937& rng) {
+    const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd,
+                  nt = int64_t(chunks.size());
+    const PagedLayout l = scatter(chunks, 5, 80, rng);
+    TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
+    poison(reg, l);
+    const Vec q = uniform(rng, nt * row, -1.0f, 1.0f);
+    const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+    const BatchRows b = batch_rows(chunks);
+    const DeviceSlots at(b, l);
+    DeviceBuffer<float> dq(q), dout(size_t(nt * row));
+    fill_nan(dout, nt * row);
+    cuda::attention(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr);
+    sync();
+    const Vec got = dout.download();
+    for (size_t s = 0; s < chunks.size(); ++s) {
+        const int64_t n = chunks[s].past + 1, pairs = nt == 1 ? 1 : 2;
+        SCOPED_TRACE("sequence " + std::to_string(s) + " of " + std::to_string(nt) + ", " +
+                     std::to_string(n) + " keys");
+        const Vec kc = gather(reg.k, l, s, n, n_embd), vc = gather(reg.v, l, s, n, n_embd);
+        DeviceBuffer<float> ck(kc), cv(vc), cq(size_t(pairs * row)), cout(size_t(pairs * row));
+        Vec qq;
+        for (int64_t i = 0; i < pairs; ++i)
+            qq.insert(qq.end(), q.begin() + int64_t(s) * row, q.begin() + int64_t(s + 1) * row);
+        cq.upload(qq);
+        const DeviceBuffer<int32_t> cpos(Pos(size_t(pairs), chunks[s].past));
+        cuda::attention(cq.get(), {ck.get(), cv.get(), n_embd, n}, cpos.get(), pairs, a, cout.get(), nullptr);
+        sync();
+        const Vec want = cout.download();
+        EXPECT_EQ(std::memcmp(got.data() + s * size_t(row), want.data(), size_t(row) * sizeof(float)), 0)
+            << "paged and contiguous rows differ";
+        EXPECT_FALSE(std::isnan(got[s * size_t(row)])) << "a NaN row: a poisoned block was read";
+    }
+}
+
+TEST(CudaPaged, DecodeRowsEqualContiguousOnes) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4343);
+    for (const AttnCase& c : kAttnShapes) {
+        SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + ", head_dim " +
+                     std::to_string(c.head_dim));
+        check_decode_rows(c, {{0, 1}, {31, 1}, {32, 1}, {100, 1}, {700, 1}, {2047, 1}, {5, 1}}, rng);
+        check_decode_rows(c, {{1500, 1}}, rng);  // one sequence: split-K over the cluster
+    }
+}
+
+// Mixed batches against attention_ref over each sequence's paged rows: the prefill kernel on every row,
+// or (split_rows, as the backend runs a paged batch) the decode kernel on the rows alone in their chunk
+// and the prefill kernel on the others, each row within its kernel's budget (rows left out stay NaN).
+void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bool split_rows,
+                         std::mt19937& rng) {
+    const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
+    const PagedLayout l = scatter(chunks, 5, 40, rng);
+    TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
+    poison(reg, l);
+    const BatchRows b = batch_rows(chunks);
+    const auto nt = int64_t(b.pos.size());
+    const Vec q = uniform(rng, nt * row, -1.0f, 1.0f);
+    const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+    const DeviceSlots at(b, l);
+    DeviceBuffer<float> dq(q), dout(size_t(nt * row));
+    fill_nan(dout, nt * row);
+    std::vector<bool> single(size_t(nt), false);
+    if (split_rows) {
+        cuda::attention(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr, cuda::AttnRows::kSingle);
+        cuda::attention_prefill(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr,
+                                cuda::AttnRows::kChunked);
+        size_t t = 0;
+        for (const Chunk& ch : chunks) single[t] = ch.n_new == 1, t += size_t(ch.n_new);
+    } else {
+        cuda::attention_prefill(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr);
+    }
+    sync();
+    Vec want(size_t(nt * row));
+    Tol tol(want.size());
+    const int64_t group = c.n_head / c.n_head_kv;
+    parallel_rows(nt, [&](int64_t t) {
+        const int64_t n_kv = int64_t(b.pos[size_t(t)]) + 1;
+        const cpu::KvRows rows = l.rows(reg, size_t(b.slot[size_t(t)]));
+        const float* qt = q.data() + t * row;
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, n_kv, a.scale);
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const HeadBounds hb = head_bounds(qt + h * hd, rows, (h / group) * hd, hd, n_kv);
+            const double th = single[size_t(t)] ? attention_tol(hb, hd, n_kv, a.scale, 1)
+                                                : attention_prefill_tol(hb, hd, n_kv, a.scale);
+            std::fill_n(tol.begin() + t * row + h * hd, hd, th);
+        }
+    });
+    expect_within(dout.download(), want, tol,
+                  split_rows ? "paged attention, rows split" : "paged attention_prefill");
+}
+
+TEST(CudaPaged, PrefillTilesAcrossSequencesMatchReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4444);
+    // Tiles of 32 rows straddling chunks; single decode rows between prefill chunks; a chunk after a
+    // long cached prefix; one sequence over several tiles.
+    const std::vector<std::vector<Chunk>> batches = {
+        {{0, 40}, {100, 1}, {5, 20}, {0, 1}, {300, 70}},
+        {{7, 1}, {64, 1}, {200, 1}, {0, 3}, {1000, 1}, {33, 30}, {0, 33}},
+        {{0, 96}},
+    };
+    for (const AttnCase& c : kAttnShapes)
+        for (const auto& batch : batches) {
+            SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+                         ", head_dim " + std::to_string(c.head_dim) + ", " + std::to_string(batch.size()) +
+                         " sequences");
+            check_prefill_batch(c, batch, false, rng);
+            check_prefill_batch(c, batch, true, rng);
+        }
+}
+
+}  // namespace
+}  // namespace minfer::test
