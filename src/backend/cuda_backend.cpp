@@ -19,7 +19,6 @@
 #include "gguf/gguf.h"
 #include "graph/weights.h"
 #include "kv/kv_cache.h"
-#include "util/env.h"
 #include "util/error.h"
 #include "util/overload.h"
 
@@ -62,11 +61,18 @@ struct DeviceBuffer {
 };
 
 // How decode products of Q4_K and Q6_K take x, as on the CPU: by default as two int8 levels per element
-// (the CPU's int8x2, within max|x| / 64516 of each 32-element block), MINFER_INT8_DECODE=1 as one
-// (llama.cpp's arithmetic: faster, no longer exact), MINFER_EXACT_DECODE=1 in f32.
-cuda::XQuant decode_x_format() {
-    if (env_flag("MINFER_EXACT_DECODE")) return cuda::XQuant::kF32;
-    return env_flag("MINFER_INT8_DECODE") ? cuda::XQuant::kInt8 : cuda::XQuant::kInt8x2;
+// (the CPU's int8x2, within max|x| / 64516 of each 32-element block), Int8 as one (llama.cpp's
+// arithmetic: faster, no longer exact), F32 in f32.
+cuda::XQuant decode_x_format(CudaOptions::DecodeX x) {
+    switch (x) {
+        case CudaOptions::DecodeX::F32:
+            return cuda::XQuant::kF32;
+        case CudaOptions::DecodeX::Int8:
+            return cuda::XQuant::kInt8;
+        case CudaOptions::DecodeX::Int8x2:
+            return cuda::XQuant::kInt8x2;
+    }
+    throw Error("CUDA backend: unknown decode activation format");
 }
 
 const meta::Paging& paging_of(const CNode& n) {
@@ -89,6 +95,7 @@ int32_t block_shift(const meta::Paging& pg) {
 
 struct CudaBackend::Impl {
     const GgufFile& file;
+    const CudaOptions opt;
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
     std::vector<std::unique_ptr<DeviceBuffer>> owned;    // weight storage
@@ -110,7 +117,7 @@ struct CudaBackend::Impl {
         int runs = 0;
     };
     std::map<std::pair<uint64_t, NodeId>, Captured> graphs;  // (graph uid, first node) of a segment
-    bool replay = !env_flag("MINFER_NO_CUDA_GRAPH");
+    bool replay = opt.graphs;
     bool capturable = false;  // the graph's segments may be captured (no kernel reads host data)
     // Products of at least this many tokens run as dequantization + cuBLAS GEMM, fewer as matrix-vector
     // kernels. A paged (batched) graph takes the GEMM from 2 tokens: the matrix-vector kernels' f32 path
@@ -121,22 +128,22 @@ struct CudaBackend::Impl {
     std::pair<int64_t, float> rope_key{};  // n_rot and freq_base the table was filled for
     uint64_t launches = 0;
 
-    // MINFER_CUDA_PROFILE=1: every node timed alone with CUDA events; a per-op table at exit.
+    // opt.profile: every node timed alone with CUDA events; a per-op table at exit.
     struct OpTime {
         double ms = 0, weight_bytes = 0;
         int64_t calls = 0;
     };
-    bool profile = env_flag("MINFER_CUDA_PROFILE");
+    bool profile = opt.profile;
     // Prefill attention as the query-tiled kernel (cuda::attention_prefill), or with
-    // MINFER_PREFILL_GEMM=1 as cuBLAS products around a score matrix (attention_gemm), which needs
+    // opt.gemm_attention as cuBLAS products around a score matrix (attention_gemm), which needs
     // n_head * tokens * n_ctx floats of scratch. H200 pp512 (tok/s, gemm -> flash, same call): 0.5B
     // Q4_K_M 96,556 -> 109,946, at depth 3584 37,298 -> 48,566; 7B Q4_K_M 20,630 -> 21,332, at depth
     // 3584 10,590 -> 10,395.
-    bool gemm_attention = env_flag("MINFER_PREFILL_GEMM");
+    bool gemm_attention = opt.gemm_attention;
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};
 
-    explicit Impl(const GgufFile& f) : file(f) {}
+    Impl(const GgufFile& f, const CudaOptions& o) : file(f), opt(o) {}
     ~Impl() {
         if (profile) print_profile();
         for (cudaEvent_t e : ev)
@@ -168,10 +175,11 @@ struct CudaBackend::Impl {
         owned.back()->reserve(bytes);
         return owned.back()->as<uint8_t>();
     }
-    bool tiling = !env_flag("MINFER_NO_TILES");  // Q4_K repacked for the tensor cores (tiles_fit)
-    bool padding = !env_flag("MINFER_NO_PAD");   // Q6_K blocks padded to 16-byte alignment (pads_fit)
-    cuda::XQuant decode_x = decode_x_format();   // how Q4_K/Q6_K decode products take x (dp4a_fits)
-    DeviceBuffer upload_stage;                   // block-layout bytes on their way to tile_ or pad_matrix
+    bool tiling = opt.tiles;  // Q4_K repacked for the tensor cores (tiles_fit)
+    bool padding = opt.pad;   // Q6_K blocks padded to 16-byte alignment (pads_fit)
+    cuda::XQuant decode_x =
+        decode_x_format(opt.decode_x);  // how Q4_K/Q6_K decode products take x (dp4a_fits)
+    DeviceBuffer upload_stage;          // block-layout bytes on their way to tile_ or pad_matrix
     void upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile = true);
     void upload_vector(const WeightRef& w);
     void upload_all(const WeightSet& w);
@@ -329,8 +337,8 @@ void CudaBackend::Impl::upload_all(const WeightSet& w) {
     upload_stage.release();
 }
 
-CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights)
-    : impl_(std::make_unique<Impl>(file)) {
+CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights, const CudaOptions& options)
+    : impl_(std::make_unique<Impl>(file, options)) {
     if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
     MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     blas_check(cuda::cublas().create(&impl_->blas), "cublasCreate");
@@ -434,7 +442,7 @@ void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
 
 void CudaBackend::prepare(const ComputeGraph& g) {
     const bool paged = g.find_input("seq_slot") >= 0;
-    impl_->gemm_tokens = paged ? 2 : cuda::kMaxMatvecTokens + 1;
+    impl_->gemm_tokens = impl_->opt.invariant ? INT64_MAX : paged ? 2 : cuda::kMaxMatvecTokens + 1;
     impl_->drop_graphs();
     impl_->reserve_kv(g);
     impl_->reserve_scratch(g);
@@ -505,6 +513,12 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
+    if (opt.invariant && nt > 1) {  // every column as a one-token product
+        for (int64_t t = 0; t < nt; ++t)
+            matmul(w, bias, x + t * w.n_in, res ? res + t * w.n_out : nullptr, 1, y + t * w.n_out,
+                   exact_weights);
+        return;
+    }
     if (cuda::matvec_int8_x(w, nt)) {
         cuda::quantize_x8(x, w.n_in, w.xq, x8.ptr, stream);
         return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
@@ -618,9 +632,11 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                 const auto& m = std::get<meta::Attn>(n.meta);
                 if (prefill && gemm_attention && n.src.size() == 3)
                     return attention_gemm(g, n, bufs);  // unpaged
-                const cuda::AttnShape a{m.n_head, m.n_head_kv, m.hd, g[n.src[0]].shape[0], m.scale};
+                const cuda::AttnShape a{m.n_head, m.n_head_kv,  m.hd, g[n.src[0]].shape[0],
+                                        m.scale,  opt.invariant};
                 const cuda::KvSlots at = slots(n);
-                if (!prefill) return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);
+                if (!prefill || opt.invariant)
+                    return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);
                 if (!at.table) return cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s);
                 // A paged batch: decode tokens row by row, prefill chunks query-tiled.
                 cuda::attention(in(0), region(m.layer), at, nt, a, out, s, cuda::AttnRows::kSingle);

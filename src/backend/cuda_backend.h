@@ -2,7 +2,7 @@
 // concatenated when their types agree, for the fused decode projection), a device mirror of the
 // executor's arena, persistent per-layer KV regions on the device, and the kernels of backend/cuda/.
 // Decode segments, and those of paged (batched) graphs, are captured into a CUDA graph on their second run
-// and replayed afterwards, keyed on the graph's uid (MINFER_NO_CUDA_GRAPH=1 turns replay off). The KV
+// and replayed afterwards, keyed on the graph's uid (CudaOptions::graphs). The KV
 // regions are f32, in the unpaged layout of one sequence or in blocks addressed through block tables.
 #pragma once
 #include <cstdint>
@@ -15,10 +15,26 @@ namespace minfer {
 class GgufFile;
 struct WeightSet;
 
+// The backend's settings, read once where the engine's parameters are made (runtime/engine.h) and
+// passed in; the MINFER_* switches that set them are for measurement and tests.
+struct CudaOptions {
+    enum class DecodeX : uint8_t { F32, Int8, Int8x2 };
+    DecodeX decode_x = DecodeX::Int8x2;  // how one token's Q4_K/Q6_K products take x (as the CPU's dots)
+    bool graphs = true;                  // CUDA-graph replay (MINFER_NO_CUDA_GRAPH=1: off)
+    bool tiles = true;                   // Q4_K repacked for the tensor cores (MINFER_NO_TILES=1: off)
+    bool pad = true;                     // Q6_K blocks padded to 16 bytes (MINFER_NO_PAD=1: off)
+    bool gemm_attention = false;  // unpaged prefill attention as cuBLAS products (MINFER_PREFILL_GEMM=1)
+    bool profile = false;         // every node timed alone, a per-op table at exit (MINFER_CUDA_PROFILE=1)
+    // Batch-invariant arithmetic (--deterministic): every token's products and attention take the one-token
+    // kernels (matrix-vector products column by column, the per-row attention kernel with one token's key
+    // splits), so a row's numbers depend on its own inputs only.
+    bool invariant = false;
+};
+
 class CudaBackend final : public Backend {
   public:
     // Uploads `weights` from `file`, which holds their data and must outlive the backend.
-    CudaBackend(const GgufFile& file, const WeightSet& weights);
+    CudaBackend(const GgufFile& file, const WeightSet& weights, const CudaOptions& options = {});
     ~CudaBackend() override;
     BackendKind kind() const override { return BackendKind::Cuda; }
     bool supports(const CNode& n) const override;

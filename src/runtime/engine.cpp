@@ -58,9 +58,6 @@ void check_kv_fits(const Model& m, const CParams& c, bool gpu) {
 CParams engine_cparams(const Model& m, const EngineParams& p) {
     const bool gpu = p.device != BackendKind::Cpu, paged = !gpu || p.max_seqs > 1;
     if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
-    if (gpu && p.batch_invariant)
-        throw Error(
-            "--deterministic runs on the CPU only: the CUDA kernels' arithmetic depends on the batch");
     if (paged && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
         throw Error("the KV block size must be a power of two of at least 16, not " +
                     std::to_string(p.kv_block));
@@ -71,14 +68,21 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     c.kv_block = paged ? p.kv_block : 0;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
+    // The decode fusions run only for one token: an invariant row takes the unfused chain at every width.
+    if (p.batch_invariant) c.fuse_qkv = c.fuse_ffn = false;
     check_kv_fits(m, c, gpu);
     return c;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(const Model& m, BackendKind device) {
-    if (device == BackendKind::Cpu) return nullptr;
+std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p) {
+    if (p.device == BackendKind::Cpu) return nullptr;
 #ifdef MINFER_HAVE_CUDA
-    return std::make_unique<CudaBackend>(*m.file, m.weight_set());
+    CudaOptions o = p.cuda;
+    o.decode_x = p.decode == cpu::DecodeDot::F32    ? CudaOptions::DecodeX::F32
+                 : p.decode == cpu::DecodeDot::Int8 ? CudaOptions::DecodeX::Int8
+                                                    : CudaOptions::DecodeX::Int8x2;
+    o.invariant = p.batch_invariant;
+    return std::make_unique<CudaBackend>(*m.file, m.weight_set(), o);
 #else
     throw Error("--device cuda: this minfer was built without CUDA (no nvcc was found at build time)");
 #endif
@@ -94,6 +98,16 @@ int64_t bucket(int64_t n) {
 }
 
 }  // namespace
+
+CudaOptions cuda_options_from_env() {
+    CudaOptions o;
+    o.graphs = !env_flag("MINFER_NO_CUDA_GRAPH");
+    o.tiles = !env_flag("MINFER_NO_TILES");
+    o.pad = !env_flag("MINFER_NO_PAD");
+    o.gemm_attention = env_flag("MINFER_PREFILL_GEMM");
+    o.profile = env_flag("MINFER_CUDA_PROFILE");
+    return o;
+}
 
 cpu::DecodeDot decode_dot_from_env() {
     if (env_flag("MINFER_EXACT_DECODE")) return cpu::DecodeDot::F32;
@@ -113,9 +127,9 @@ Engine::Engine(const Model& m, const EngineParams& p)
     : model_(m),
       cparams_(engine_cparams(m, p)),
       n_ubatch_(p.n_ubatch),
-      prefix_cache_(p.prefix_cache && p.device == BackendKind::Cpu),
+      prefix_cache_(p.prefix_cache && cparams_.paged()),  // the unpaged layout has no blocks to share
       cpu_(*m.file, default_threads(p.n_threads), CpuOptions{p.decode, p.batch_invariant}),
-      gpu_(make_gpu_backend(m, p.device)),
+      gpu_(make_gpu_backend(m, p)),
       pool_(int32_t(cparams_.max_blocks()), int32_t(cparams_.block())),
       seqs_(size_t(p.max_seqs)),
       table_(size_t(cparams_.max_seqs * cparams_.max_blocks()), 0),
@@ -184,6 +198,8 @@ void Engine::close(SeqId s) {
 
 SeqId Engine::fork(SeqId s) {
     if (cparams_.max_blocks() == 1) throw Error("forking a sequence needs the paged KV cache (CPU)");
+    if (gpu_)
+        throw Error("forking a sequence runs on the CPU only: the copy of a shared last block is host-side");
     const SeqId f = open();
     Sequence& child = seqs_[size_t(f)];
     child = seq(s);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu_backend.h"
+#include "backend/cuda_backend.h"
 #include "graph/cache.h"
 #include "kv/block_pool.h"
 #include "models/model.h"
@@ -29,6 +30,9 @@ constexpr int64_t kDefaultUbatch = 512;
 constexpr int64_t kDefaultKvBlock = 32;
 
 cpu::DecodeDot decode_dot_from_env();
+// The CUDA backend's measurement switches (MINFER_NO_CUDA_GRAPH, MINFER_NO_TILES, MINFER_NO_PAD,
+// MINFER_PREFILL_GEMM, MINFER_CUDA_PROFILE); decode_x and invariant come from EngineParams.
+CudaOptions cuda_options_from_env();
 
 struct EngineParams {
     int64_t n_ctx = 0;                      // KV token slots shared by all sequences; 0: the model's, <= 4096
@@ -46,6 +50,7 @@ struct EngineParams {
     // The CPU's integer dots, read from the environment when the params are made (MINFER_EXACT_DECODE=1:
     // f32, MINFER_INT8_DECODE=1: plain int8, otherwise int8x2).
     cpu::DecodeDot decode = decode_dot_from_env();
+    CudaOptions cuda = cuda_options_from_env();
 };
 
 using SeqId = int32_t;

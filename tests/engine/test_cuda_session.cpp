@@ -2,7 +2,8 @@
 // quantized model: an F32 copy of its dequantized weights, since the GPU keeps activations in f32 too):
 // prefill (cuBLAS) and decode (matrix-vector kernels, fused decode graph, CUDA-graph replay) logits,
 // fused against unfused decode, replay against eager execution, and many sequences in one forward (the
-// paged layout) against a CPU engine running the same batches. Skipped where there is no GPU.
+// paged layout) against a CPU engine running the same batches, and --deterministic rows memcmp-equal to
+// the sequence run alone. Skipped where there is no GPU.
 #include <gtest/gtest.h>
 
 #ifdef MINFER_HAVE_CUDA
@@ -10,8 +11,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -297,6 +300,76 @@ TEST(CudaBatch, ManySequencesMatchCpuEngine) {
                 next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
             }
         }
+    }
+}
+
+// Every position's logits of one sequence fed its whole stream in one forward on `e`, then closed:
+// [stream.size()][n_vocab].
+std::vector<float> alone_logits(Engine& e, const std::vector<int32_t>& stream) {
+    const SeqId s = e.open();
+    const Engine::Chunk c{s, stream, int64_t(stream.size())};
+    const std::span<const float> l = e.forward({&c, 1});
+    std::vector<float> out(l.begin(), l.end());
+    e.close(s);
+    return out;
+}
+
+// --deterministic on the GPU: eight sequences (two sharing a 40-token prefix with the first, attached
+// from the prefix cache) arrive at random steps and are fed their streams in random chunks of 1 to 40
+// tokens, so that their rows meet products and attention of many widths beside each other; every
+// position's logits must be memcmp-equal to the sequence run alone in one forward. Q4_K takes the int8x2
+// kernels, Q8_0 and BF16 the f32 matrix-vector ones.
+TEST(CudaBatch, DeterministicRowsEqualAlone) {
+    MINFER_REQUIRE_GPU();
+    for (const auto& [arch, type] : {std::pair{"qwen2", GgmlType::Q4_K}, std::pair{"llama", GgmlType::Q8_0},
+                                     std::pair{"qwen3", GgmlType::BF16}}) {
+        SCOPED_TRACE(std::string(arch) + " " + ggml_type_name(type));
+        const auto m = synth(arch, type);
+        const auto n_vocab = size_t(m->hp.n_vocab);
+        EngineParams p;
+        p.n_ctx = 2048, p.n_threads = 2, p.max_seqs = 8, p.device = BackendKind::Cuda,
+        p.batch_invariant = true;
+        std::mt19937 rng(99);
+        std::vector<std::vector<int32_t>> streams;
+        for (int i = 0; i < 8; ++i) {
+            std::vector<int32_t> v = prompt(int(rng() % 60) + 5, m->hp.n_vocab);
+            std::shuffle(v.begin(), v.end(), rng);
+            if (i == 0) v.resize(std::max<size_t>(v.size(), 50), 7);
+            if (i >= 6) v.insert(v.begin(), streams[0].begin(), streams[0].begin() + 40);
+            streams.push_back(std::move(v));
+        }
+        Engine solo(*m, p);
+        std::vector<std::vector<float>> want;
+        for (const auto& st : streams) want.push_back(alone_logits(solo, st));
+        Engine e(*m, p);
+        std::vector<SeqId> seq(streams.size(), -1);
+        std::vector<size_t> fed(streams.size(), 0);
+        int mismatches = 0;
+        for (int step = 0; step < 200; ++step) {
+            std::vector<Engine::Chunk> batch;
+            std::vector<size_t> owner;
+            for (size_t i = 0; i < streams.size(); ++i) {
+                if (fed[i] == streams[i].size() || int(i) > step) continue;
+                if (seq[i] < 0) seq[i] = e.open(), fed[i] = size_t(e.attach_prefix(seq[i], streams[i]));
+                const size_t n = std::min<size_t>(rng() % 40 + 1, streams[i].size() - fed[i]);
+                batch.push_back({seq[i], std::span(streams[i]).subspan(fed[i], n), int64_t(n)});
+                owner.push_back(i);
+            }
+            if (batch.empty()) break;
+            const std::span<const float> l = e.forward(batch);
+            size_t row = 0;
+            for (size_t b = 0; b < batch.size(); ++b) {
+                const size_t i = owner[b];
+                for (size_t r = 0; r < batch[b].tokens.size(); ++r, ++row)
+                    mismatches +=
+                        std::memcmp(l.data() + row * n_vocab, want[i].data() + (fed[i] + r) * n_vocab,
+                                    n_vocab * sizeof(float)) != 0;
+                fed[i] += batch[b].tokens.size();
+            }
+        }
+        for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(fed[i], streams[i].size()) << "sequence " << i;
+        EXPECT_GT(e.prefix_hit_tokens(), 0) << "the shared prefix came from the cache";
+        EXPECT_EQ(mismatches, 0) << "rows whose logits differ from the sequence run alone";
     }
 }
 

@@ -372,7 +372,7 @@ __global__ void expand_kv_kernel(KvRegion r, int64_t n_head, int64_t group, int6
 }  // namespace
 
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
-    if (nt > 1 || !block_clusters()) return 1;  // prefill has nt * n_head blocks already
+    if ((nt > 1 && !a.one_token_splits) || !block_clusters()) return 1;  // nt * n_head blocks already
     return int(
         std::clamp<int64_t>(264 / std::max<int64_t>(a.n_head, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
 }

@@ -60,6 +60,7 @@ struct AttnShape {
     int64_t n_head, n_head_kv, head_dim;
     int64_t q_stride;  // floats between token rows of q (q may sit in a wider buffer)
     float scale;
+    bool one_token_splits = false;  // attention: split every row's keys as one decode row's (invariant)
 };
 // Which query rows a launch serves: all, or in a paged batch the rows alone in their chunk (a decode
 // token: no neighbouring row of its sequence) or the others (prefill chunks). A batch of both runs the
@@ -67,9 +68,9 @@ struct AttnShape {
 enum class AttnRows : uint8_t { kAll, kSingle, kChunked };
 
 // Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]] of its sequence.
-// out: [nt][n_head * head_dim]. Decode (nt == 1) splits contexts of more than 64 keys over up to
-// attention_splits() blocks per head, one thread-block cluster, which merge their partial softmaxes (1
-// where clusters are missing).
+// out: [nt][n_head * head_dim]. Decode (nt == 1, or any nt with one_token_splits) splits contexts of
+// more than 64 keys over up to attention_splits() blocks per head, one thread-block cluster, which merge
+// their partial softmaxes (1 where clusters are missing).
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
 void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
                float* out, Stream s, AttnRows rows = AttnRows::kAll);
