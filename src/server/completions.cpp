@@ -63,13 +63,15 @@ std::string next_events(Stream& s, bool& end) {
         const bool finish = c.done && !s.finished[i];
         if (text.empty() && !finish) continue;
         Delta d{i, s.meta.endpoint == Endpoint::Chat && !s.started[i], std::move(text), std::nullopt, {}, 0};
-        d.logprobs = new_logprobs(s, i, d.offset);
         s.started[i] = true;
-        if (d.role || !d.text.empty()) out += sse_event(chunk_json(s.meta, d));
+        if (d.role || !d.text.empty()) {
+            d.logprobs = new_logprobs(s, i, d.offset);
+            out += sse_event(chunk_json(s.meta, d));
+        }
         if (finish) {
-            Delta end{i, false, "", c.result.finish, {}, 0};
-            end.logprobs = new_logprobs(s, i, end.offset);
-            out += sse_event(chunk_json(s.meta, end));
+            Delta last{i, false, "", c.result.finish, {}, 0};
+            last.logprobs = new_logprobs(s, i, last.offset);
+            out += sse_event(chunk_json(s.meta, last));
             s.finished[i] = true;
         }
     }
