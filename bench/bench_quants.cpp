@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "util/huge_pages.h"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
 
 namespace minfer {

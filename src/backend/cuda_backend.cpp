@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/buffer_plan.h"
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ops_cuda.h"

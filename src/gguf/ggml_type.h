@@ -48,7 +48,7 @@ struct GgmlTypeLayout {
 
 // Layout of any type GGUF files may declare (so the reader can size tensors and name them in errors);
 // returns {nullptr, 0, 0} for unknown numbers. Which types minfer can *compute* with is the
-// quant traits table's business (backend/cpu/quants.h).
+// quant traits table's business (quant/quants.h).
 GgmlTypeLayout ggml_type_layout(uint32_t type);
 inline GgmlTypeLayout ggml_type_layout(GgmlType t) {
     return ggml_type_layout(uint32_t(t));

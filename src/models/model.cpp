@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "gguf/gguf.h"
 #include "models/registry.h"
 #include "util/error.h"

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "gguf/gguf_writer.h"
 #include "util/error.h"
 

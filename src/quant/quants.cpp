@@ -1,7 +1,7 @@
 // The quant traits table: scalar reference dequantizers, dot products (double accumulation) and
 // round-to-nearest quantizers for every type minfer computes with, and the run-time choice between them
 // and the AVX2 kernels of quants_avx2.cpp; the int8-activation kernels come from quants_q8*.cpp.
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 
 #include <cpuid.h>
 
@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cpu/quants_impl.h"
+#include "quant/quants_impl.h"
 #include "util/env.h"
 #include "util/fp16.h"
 

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/quants_impl.h"
-#include "backend/cpu/simd_avx2.h"
+#include "quant/quants_impl.h"
+#include "util/simd_avx2.h"
 
 namespace minfer::quants::avx2 {
 namespace {

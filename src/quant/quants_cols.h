@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 
 namespace minfer::quants {
 namespace {

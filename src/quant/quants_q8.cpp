@@ -9,7 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/quants_impl.h"
+#include "quant/quants_impl.h"
 #include "util/fp16.h"
 
 namespace minfer::quants {

@@ -16,10 +16,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/quants.h"
-#include "backend/cpu/quants_cols.h"
-#include "backend/cpu/quants_impl.h"
-#include "backend/cpu/simd_avx2.h"
+#include "quant/quants.h"
+#include "quant/quants_cols.h"
+#include "quant/quants_impl.h"
+#include "util/simd_avx2.h"
 
 namespace minfer::quants::avx2 {
 namespace {

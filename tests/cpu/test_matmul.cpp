@@ -14,7 +14,7 @@
 #include "backend/cpu/gemm_i16.h"
 #include "backend/cpu/kernels_avx2.h"
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/quants_impl.h"
+#include "quant/quants_impl.h"
 #include "cpu_test_util.h"
 #include "util/error.h"
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda_backend.h"

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backend/cpu/quants.h"
-#include "backend/cpu/quants_impl.h"
+#include "quant/quants.h"
+#include "quant/quants_impl.h"
 #include "util/fp16.h"
 
 namespace minfer::test {

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels_avx2.h"
-#include "backend/cpu/simd_avx2.h"
+#include "util/simd_avx2.h"
 
 namespace minfer::cpu::avx512 {
 

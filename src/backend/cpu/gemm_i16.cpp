@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/quants_impl.h"
+#include "quant/quants_impl.h"
 
 namespace minfer::cpu::i16 {
 

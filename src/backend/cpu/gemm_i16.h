@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
 
 namespace minfer::cpu::i16 {

@@ -5,11 +5,11 @@
 #include <cstdint>
 
 #include "backend/cpu/ops.h"
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 
 namespace minfer::cpu {
 
-// One CPU feature probe for every kernel family: the quant table's (backend/cpu/quants.h).
+// One CPU feature probe for every kernel family: the quant table's (quant/quants.h).
 inline bool cpu_has_avx2() {
     return quants_use_avx2();
 }

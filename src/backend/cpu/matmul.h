@@ -9,7 +9,7 @@
 #pragma once
 #include <cstdint>
 
-#include "backend/cpu/quants.h"
+#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
 
 namespace minfer::cpu {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels_avx2.h"
-#include "backend/cpu/simd_avx2.h"
+#include "util/simd_avx2.h"
 
 namespace minfer::cpu::avx2 {
 

@@ -1,4 +1,4 @@
-// Device-side decoders of the GGUF block layouts (backend/cpu/quants_impl.h), shared by the matvec and
+// Device-side decoders of the GGUF block layouts (quant/quants_impl.h), shared by the matvec and
 // dequantization kernels, and the host-side dispatch from a GgmlType to its decoder.
 //
 // A decoder splits a block between kLanes consecutive lanes of a warp (32 / kLanes blocks per warp step).
