@@ -168,9 +168,19 @@ void warn_beyond_training(const Model& m, int64_t n_ctx) {
                      static_cast<long long>(n_ctx), static_cast<long long>(m.hp.n_ctx_train));
 }
 
+// The embedded default model: MINFER_DEFAULT_MODEL, else beside an installed binary
+// (<prefix>/bin/minfer -> <prefix>/share/minfer/), else in the source tree the binary was built from.
 std::string default_model_path() {
     const char* env = std::getenv("MINFER_DEFAULT_MODEL");
-    return env && *env ? env : MINFER_DEFAULT_MODEL;
+    if (env && *env) return env;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    const fs::path installed = exe.parent_path().parent_path() / MINFER_INSTALLED_MODEL;
+    if (!ec && fs::is_regular_file(installed, ec)) return installed.string();
+    if (fs::is_regular_file(MINFER_SOURCE_MODEL, ec)) return MINFER_SOURCE_MODEL;
+    throw Error("no model given and the default one is in neither " + installed.string() + " nor " +
+                MINFER_SOURCE_MODEL + ": pass -m MODEL.gguf, or install minfer with cmake --install");
 }
 
 void GraphDumpOptions::add_to(CLI::App& app) {
