@@ -1,7 +1,9 @@
 // minfer chat: a conversation read line by line from stdin, answers streamed to stdout. Every turn renders
 // the whole conversation with the model's chat template and forwards only the tokens past the longest
 // prefix the KV cache already holds (the cache is rebuilt from scratch when the rendering diverges).
-// Commands: /reset clears the conversation, /exit (or end of input) quits. Ctrl-C stops the answer being
+// When the conversation outgrows the context, its oldest messages (not the system message) are dropped
+// until it fills at most three quarters of it, and chat says so. Commands (/help lists them): /reset
+// clears the conversation, /exit, /quit, /bye (or end of input) quit. Ctrl-C stops the answer being
 // generated; at the prompt it quits.
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 
 #include "chat_prompt.h"
 #include "common.h"
+#include "gguf/gguf.h"
 #include "graph/graph.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
@@ -58,6 +61,9 @@ class Chat {
     // Tokens of the rendered conversation `ids` that the KV cache does not hold yet (never empty: the
     // last prompt token must be forwarded for its logits); resets the cache when it diverged.
     std::span<const int32_t> new_tokens(const std::vector<int32_t>& ids);
+    // The rendered conversation with the new user message, the oldest messages dropped when it does
+    // not fit the context; empty (and the user message removed) when that message alone does not fit.
+    std::vector<int32_t> render_to_fit();
 
     const ChatOptions& o_;
     Session& s_;
@@ -89,23 +95,39 @@ std::span<const int32_t> Chat::new_tokens(const std::vector<int32_t>& ids) {
     return std::span<const int32_t>(ids).subspan(reused);
 }
 
-void Chat::turn(const std::string& user) {
-    messages_.push_back(chat_message("user", user));
-    const std::vector<int32_t> ids = prompt_.encode(messages_, true);
-    if (int64_t(ids.size()) > s_.n_ctx()) {
+std::vector<int32_t> Chat::render_to_fit() {
+    std::vector<int32_t> ids = prompt_.encode(messages_, true);
+    if (int64_t(ids.size()) < s_.n_ctx()) return ids;
+    const size_t first = o_.system ? 1 : 0;  // the oldest message that may go
+    size_t dropped = 0;
+    while (messages_.size() > first + 1 && int64_t(ids.size()) > s_.n_ctx() * 3 / 4) {
+        messages_.erase(first);
+        ++dropped;
+        ids = prompt_.encode(messages_, true);
+    }
+    if (int64_t(ids.size()) >= s_.n_ctx()) {
         messages_.erase(messages_.size() - 1);
         std::fprintf(stderr,
-                     "the conversation needs %zu tokens, more than the context of %lld: use /reset, or -c\n",
+                     "this message needs %zu tokens, more than the context of %lld: shorten it, or -c\n",
                      ids.size(), static_cast<long long>(s_.n_ctx()));
-        return;
+        return {};
     }
+    std::fprintf(stderr, "the context of %lld tokens was full: dropped the oldest %zu messages\n",
+                 static_cast<long long>(s_.n_ctx()), dropped);
+    return ids;
+}
+
+void Chat::turn(const std::string& user) {
+    messages_.push_back(chat_message("user", user));
+    const std::vector<int32_t> ids = render_to_fit();
+    if (ids.empty()) return;
     const std::span<const int32_t> suffix = new_tokens(ids);
     const size_t reused = ids.size() - suffix.size();
     const GenerateResult r = generate(s_, tok_, suffix, gen_, sampler_,
                                       [](std::string_view piece) { std::cout << piece << std::flush; });
     std::cout << "\n" << std::flush;
     if (r.hit_context_limit)
-        std::fprintf(stderr, "stopped: the context is full (use /reset, or -c to raise it)\n");
+        std::fprintf(stderr, "stopped: the context is full (the next turn drops the oldest messages)\n");
     // The cache now holds the new prompt tokens and every generated token but a last one never fed back.
     cached_.insert(cached_.end(), suffix.begin(), suffix.end());
     cached_.insert(cached_.end(), r.ids.begin(), r.ids.end());
@@ -116,6 +138,22 @@ void Chat::turn(const std::string& user) {
                  double(r.ids.size()) / std::max(r.decode_s, 1e-9));
 }
 
+enum class Command { None, Quit, Reset, Help, Unknown };
+
+// A line of one slash and lowercase letters is a command; anything else goes to the model.
+Command command_of(const std::string& line) {
+    if (line.size() < 2 || line[0] != '/' ||
+        !std::all_of(line.begin() + 1, line.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+        return Command::None;
+    if (line == "/exit" || line == "/quit" || line == "/bye") return Command::Quit;
+    if (line == "/reset") return Command::Reset;
+    return line == "/help" ? Command::Help : Command::Unknown;
+}
+
+constexpr const char* kHelp =
+    "commands: /reset clears the conversation; /exit, /quit or /bye (or end of input) quit; /help shows "
+    "this. Ctrl-C stops an answer.\n";
+
 void chat(const ChatOptions& o) {
     const auto model = load_model(o.model, o.device);
     warn_beyond_training(*model, o.n_ctx);
@@ -124,6 +162,8 @@ void chat(const ChatOptions& o) {
     Session session(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, false, o.kv_type});
     Chat c(o, session, *tok, prompt);
     std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.sampling.seed));
+    std::fprintf(stderr, "minfer chat: %s, context of %lld tokens; /help lists the commands\n",
+                 model->file->path().c_str(), static_cast<long long>(session.n_ctx()));
 
     // No SA_RESTART: Ctrl-C at the prompt interrupts the read, which ends the loop.
     struct sigaction sa = {};
@@ -133,9 +173,16 @@ void chat(const ChatOptions& o) {
     const bool tty = isatty(STDIN_FILENO);
     for (std::string line;;) {
         if (tty) std::cerr << "> " << std::flush;
-        if (!std::getline(std::cin, line) || line == "/exit") break;
-        if (line == "/reset") {
+        if (!std::getline(std::cin, line)) break;
+        const Command cmd = command_of(line);
+        if (cmd == Command::Quit) break;
+        if (cmd == Command::Reset) {
             c.reset();
+            std::fprintf(stderr, "conversation cleared\n");
+        } else if (cmd == Command::Help) {
+            std::fputs(kHelp, stderr);
+        } else if (cmd == Command::Unknown) {
+            std::fprintf(stderr, "unknown command %s; /help lists the commands\n", line.c_str());
         } else if (!line.empty()) {
             g_interrupted = 0;
             c.turn(line);
@@ -147,7 +194,8 @@ void chat(const ChatOptions& o) {
 
 void add_chat_command(CLI::App& app) {
     auto o = std::make_shared<ChatOptions>();
-    CLI::App* c = app.add_subcommand("chat", "Chat with the model: user lines on stdin (/reset, /exit)");
+    CLI::App* c =
+        app.add_subcommand("chat", "Chat with the model: user lines on stdin (/help, /reset, /exit)");
     c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
     c->add_option("--system", o->system, "System message (also -sys)");
     c->add_option("-n,--n-predict", o->n_predict, "Most tokens per answer (-1: until the end)")

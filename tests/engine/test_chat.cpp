@@ -130,6 +130,34 @@ TEST_F(Chat, ExitCommandAndSystemMessage) {
     EXPECT_NE(a[1], b[1]) << "the system message must change the prompt";
 }
 
+// /quit and /bye quit like /exit; /help and an unknown /command are answered by chat, not sent to the
+// model; /reset says so; the banner names the model and /help.
+TEST_F(Chat, CommandsNeverReachTheModel) {
+    for (const char* quit : {"/quit", "/bye"}) {
+        const CliResult r = chat(std::string("hello\n") + quit + "\nwhat is your name?\n");
+        ASSERT_EQ(r.exit_code, 0) << r;
+        EXPECT_EQ(reused_counts(r.err).size(), 1u) << quit << " must quit: " << r;
+    }
+    const CliResult r = chat("/help\n/frobnicate\nhello\n/reset\n");
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(reused_counts(r.err).size(), 1u) << "only hello is answered: " << r;
+    EXPECT_NE(r.err.find("commands: /reset"), std::string::npos) << r;
+    EXPECT_NE(r.err.find("unknown command /frobnicate"), std::string::npos) << r;
+    EXPECT_NE(r.err.find("conversation cleared"), std::string::npos) << r;
+    EXPECT_NE(r.err.find("qwen2-mini-Q8_0.gguf, context of"), std::string::npos) << r;
+    EXPECT_EQ(r.out, chat("hello\n").out) << "the answer to hello is unchanged by the commands";
+}
+
+// A conversation that outgrows a 64-token context keeps going: the oldest messages are dropped (and
+// chat says so) instead of every later turn being refused.
+TEST_F(Chat, FullContextDropsTheOldestTurns) {
+    const std::string turns = "hello\nwhat is two plus two?\ntell me a story\nwhat is your name?\nthanks\n";
+    const CliResult r = chat(turns, {"-c", "64", "-sys", "You are terse."});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(reused_counts(r.err).size(), 5u) << "every turn is answered: " << r;
+    EXPECT_NE(r.err.find("dropped the oldest"), std::string::npos) << r;
+}
+
 TEST_F(Chat, RunChatFeedsTheRenderedTemplate) {
     const json user = {{"role", "user"}, {"content", "hi"}};
     const auto chat_ids =
