@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backend/buffer_plan.h"
-#include "quant/quants.h"
 #include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ops_cuda.h"
@@ -19,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "graph/weights.h"
 #include "kv/kv_cache.h"
+#include "quant/quants.h"
 #include "util/error.h"
 #include "util/overload.h"
 
@@ -630,7 +630,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::Attn&) {
                 const bool prefill = nt > cuda::kMaxMatvecTokens;
                 const auto& m = std::get<meta::Attn>(n.meta);
-                if (prefill && gemm_attention && n.src.size() == 3)
+                if (prefill && gemm_attention && !opt.invariant && n.src.size() == 3)
                     return attention_gemm(g, n, bufs);  // unpaged
                 const cuda::AttnShape a{m.n_head, m.n_head_kv,  m.hd, g[n.src[0]].shape[0],
                                         m.scale,  opt.invariant};
