@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -67,6 +68,34 @@ TEST(ThreadPool, HundredThousandTinyRuns) {
         for (int r = 0; r < kRuns; ++r) pool.run([&](int ith, int) { ++count[size_t(ith)]; });
         for (int i = 0; i < n; ++i) EXPECT_EQ(count[size_t(i)], kRuns) << "thread " << i;
     }
+}
+
+// Beside threads that keep every core busy, workers are often descheduled between seeing a run and
+// taking their share, and the caller then runs their shares itself: every share still runs exactly once
+// per run (a share run twice, or a late worker taking a later run's share, shows as a wrong count or a
+// hang), and the caller did take some.
+TEST(ThreadPool, LateWorkersSharesRunOnceByTheCaller) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> busy;
+    for (unsigned i = 0; i < std::max(2u, std::thread::hardware_concurrency()); ++i)
+        busy.emplace_back([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+            }
+        });
+    constexpr int kRuns = 20000;
+    ThreadPool pool(3);
+    std::vector<std::atomic<int64_t>> count(3);
+    std::atomic<int64_t> by_caller{0};
+    const auto caller = std::this_thread::get_id();
+    for (int r = 0; r < kRuns; ++r)
+        pool.run([&](int ith, int) {
+            count[size_t(ith)].fetch_add(1);
+            if (ith > 0 && std::this_thread::get_id() == caller) by_caller.fetch_add(1);
+        });
+    stop = true;
+    for (std::thread& t : busy) t.join();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(count[size_t(i)].load(), kRuns) << "share " << i;
+    EXPECT_GT(by_caller.load(), 0) << "the caller never ran a late worker's share";
 }
 
 TEST(ThreadPool, ParallelForCoversRangeOnce) {

@@ -32,7 +32,9 @@ inline void spin_pause(int i) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads < 1 ? 1 : n_threads), ranges_(std::make_unique<Range[]>(size_t(n_threads_))) {
+    : n_threads_(n_threads < 1 ? 1 : n_threads),
+      ranges_(std::make_unique<Range[]>(size_t(n_threads_))),
+      taken_(std::make_unique<std::atomic<uint64_t>[]>(size_t(n_threads_))) {
     threads_.reserve(size_t(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -43,15 +45,16 @@ ThreadPool::~ThreadPool() {
     for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::publish() {
+uint64_t ThreadPool::publish() {
     // seq_cst on both sides: either a sleeping worker sees the new generation in its predicate, or we
     // see its sleepers_ increment and wake it (taking the mutex so the wake cannot slip in between
     // its predicate check and its wait).
-    generation_.fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t g = generation_.fetch_add(1, std::memory_order_seq_cst) + 1;
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         { std::lock_guard<std::mutex> lock(mutex_); }
         wake_.notify_all();
     }
+    return g;
 }
 
 uint64_t ThreadPool::wait_for_generation(uint64_t seen) {
@@ -80,6 +83,7 @@ void ThreadPool::worker(int ith) {
     for (;;) {
         seen = wait_for_generation(seen);
         if (stop_.load(std::memory_order_acquire)) return;
+        if (!take_share(ith, seen)) continue;  // the caller ran it
         fn_(ctx_, ith, n_threads_);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -123,13 +127,21 @@ void ThreadPool::run_erased(void* ctx, TaskFn fn) {
     ctx_ = ctx;
     fn_ = fn;
     pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    publish();
-    // Join the workers even if the caller's share throws: they still read ctx, which lives in our caller.
+    const uint64_t g = publish();
+    // Join the workers even if a share throws: they still read ctx, which lives in our caller.
     struct Join {
         ThreadPool* pool;
         ~Join() { pool->wait_for_workers(); }
     } join{this};
     fn(ctx, 0, n_threads_);
+    for (int i = 1; i < n_threads_; ++i) {
+        if (!take_share(i, g)) continue;  // its worker has it
+        struct Done {                     // counted even if the share throws, so that the join above ends
+            std::atomic<int>& pending;
+            ~Done() { pending.fetch_sub(1, std::memory_order_acq_rel); }
+        } done{pending_};
+        fn(ctx, i, n_threads_);
+    }
 }
 
 }  // namespace minfer

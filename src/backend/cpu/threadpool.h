@@ -1,7 +1,10 @@
 // A fixed pool of worker threads that spin-wait for work (no per-op thread creation). run() hands
 // the same task to every thread (the caller is thread 0) and returns when all have finished.
 // Idle workers spin for a bounded budget, then sleep on a condition variable so an idle process
-// does not burn CPU. run() must not be called concurrently or from inside a task.
+// does not burn CPU. A worker that has not started its share when the caller is done with its own
+// (descheduled beside a busy process, or asleep) has that share run by the caller instead, so that a
+// busy core slows a forward pass down to the speed of fewer threads rather than to the scheduler's
+// time slice. run() must not be called concurrently or from inside a task.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -75,9 +78,17 @@ class ThreadPool {
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
     void worker(int ith);
-    void publish();                               // starts a new generation and wakes sleepers
+    uint64_t publish();                           // starts a new generation, wakes sleepers, returns it
     uint64_t wait_for_generation(uint64_t seen);  // returns the first generation != seen
     void wait_for_workers();                      // spins until pending_ == 0
+    // Whether this thread gets share ith of generation g: exactly one of the worker and the caller does.
+    // A worker that saw g late (the caller already took it, and maybe later shares) gets nothing.
+    bool take_share(int ith, uint64_t g) {
+        std::atomic<uint64_t>& t = taken_[size_t(ith)];
+        for (uint64_t cur = t.load(std::memory_order_acquire); cur < g;)
+            if (t.compare_exchange_weak(cur, g, std::memory_order_acq_rel)) return true;
+        return false;
+    }
 
     int n_threads_;
     std::vector<std::thread> threads_;
@@ -90,6 +101,8 @@ class ThreadPool {
     void* ctx_ = nullptr;
     TaskFn fn_ = nullptr;
     std::unique_ptr<Range[]> ranges_;  // [n_threads_]
+    std::unique_ptr<std::atomic<uint64_t>[]>
+        taken_;  // [n_threads_]: the last generation whose share was taken
 };
 
 }  // namespace minfer
