@@ -4,14 +4,47 @@
 
 namespace minfer {
 
-NodeId GraphBuilder::node(std::string name, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta,
+std::string node_name(std::string_view stem, int layer) {
+    std::string name(stem);
+    if (layer >= 0) name += "-" + std::to_string(layer);
+    return name;
+}
+
+std::string_view node_stem(const CNode& n) {
+    const std::string_view name = n.name;
+    if (n.layer < 0) return name;
+    const size_t dash = name.rfind('-');
+    return dash == std::string_view::npos ? name : name.substr(0, dash);
+}
+
+std::string weight_stem(const std::string& weight) {
+    std::string_view s = weight;
+    if (s.starts_with("blk.")) {
+        const size_t dot = s.find('.', 4);
+        s = dot == std::string_view::npos ? s : s.substr(dot + 1);
+    }
+    if (s.ends_with(".weight")) s.remove_suffix(7);
+    return std::string(s);
+}
+
+int node_kv_layer(const CNode& n) {
+    if (const int l = kv_layer(n.op); l >= 0) return l;
+    if (const auto* load = std::get_if<op::KvcacheLoad>(&n.op)) return load->layer;
+    if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->layer;
+    return -1;
+}
+
+NodeId GraphBuilder::node(std::string stem, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta,
                           DType dtype) {
     const auto id = NodeId(g_.nodes.size());
     for (NodeId s : src)
         if (s < 0 || s >= id)
-            throw Error("graph builder: node '" + name + "' references unknown id " + std::to_string(s));
-    g_.nodes.push_back(
-        CNode{id, std::move(name), op, std::move(src), shape, dtype, std::nullopt, std::move(meta)});
+            throw Error("graph builder: node '" + stem + "' references unknown id " + std::to_string(s));
+    CNode n{id, "", op, std::move(src), shape, dtype, std::nullopt, std::move(meta)};
+    const int own = node_kv_layer(n);  // a KV op or attention belongs to its KV layer
+    n.layer = own >= 0 ? own : layer_;
+    n.name = node_name(stem, n.layer);
+    g_.nodes.push_back(std::move(n));
     return id;
 }
 
@@ -37,22 +70,22 @@ NodeId GraphBuilder::get_rows(NodeId x, NodeId ids) {
 }
 
 NodeId GraphBuilder::rms_norm(NodeId x, const WeightRef& w, float eps) {
-    return node("norm_" + w.name, op::RmsNorm{eps}, {x}, at(x).shape, meta::Weight{w});
+    return node(weight_stem(w.name), op::RmsNorm{eps}, {x}, at(x).shape, meta::Weight{w});
 }
 
 NodeId GraphBuilder::qk_norm(NodeId x, const WeightRef& w, int64_t nh, int64_t hd, float eps) {
-    return node("qk_norm_" + w.name, op::QkNorm{hd, nh, eps}, {x}, at(x).shape, meta::Weight{w});
+    return node(weight_stem(w.name), op::QkNorm{hd, nh, eps}, {x}, at(x).shape, meta::Weight{w});
 }
 
 NodeId GraphBuilder::matmul(NodeId x, const WeightRef& w, const WeightRef& bias) {
     if (at(x).shape[0] != w.n_in)
         throw Error("graph builder: matmul " + w.name + " expects width " + std::to_string(w.n_in) +
                     ", got " + std::to_string(at(x).shape[0]));
-    return node("matmul_" + w.name, op::MatMul{}, {x}, {w.n_out, nt(x), 1, 1}, meta::MatMul{w, bias});
+    return node(weight_stem(w.name), op::MatMul{}, {x}, {w.n_out, nt(x), 1, 1}, meta::MatMul{w, bias});
 }
 
 NodeId GraphBuilder::rope(NodeId x, NodeId pos, RopeStyle style, const meta::Rope& m) {
-    return node("rope", op::Rope{style}, {x, pos}, at(x).shape, m);
+    return node(std::string(node_stem(at(x))) + "_rope", op::Rope{style}, {x, pos}, at(x).shape, m);
 }
 
 NodeId GraphBuilder::silu(NodeId x) {
@@ -78,34 +111,32 @@ std::vector<NodeId> with_kv_index(std::vector<NodeId> src, const KvIndex& at) {
 
 NodeId GraphBuilder::kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at, const meta::Kv& m) {
     // The declared shape sizes the persistent region.
-    return node("kv_store." + std::to_string(layer), op::KvcacheStore{layer}, with_kv_index({k, v}, at),
-                {m.n_embd, m.n_ctx, 1, 1}, m);
+    return node("kv_store", op::KvcacheStore{layer}, with_kv_index({k, v}, at), {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
 NodeId GraphBuilder::kvcache_load(int layer, const meta::Kv& m) {
-    return node("kv_load." + std::to_string(layer), op::KvcacheLoad{layer}, {}, {m.n_embd, m.n_ctx, 1, 1}, m);
+    return node("kv_load", op::KvcacheLoad{layer}, {}, {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
 NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m) {
     // The output width comes from the metadata, not from q: with FusedQKV, q is a wider concat buffer.
-    return node("attn." + std::to_string(m.layer), op::Attn{AttnMode::Causal}, with_kv_index({q, kv}, at),
+    return node("attn", op::Attn{AttnMode::Causal}, with_kv_index({q, kv}, at),
                 {m.n_head * m.hd, nt(q), 1, 1}, m);
 }
 
 NodeId GraphBuilder::fused_qkv(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m) {
-    return node("fused_qkv." + std::to_string(layer), op::FusedQKV{layer}, with_kv_index({x}, at),
-                {m.q.weight.n_out, nt(x), 1, 1}, m);
+    return node("fused_qkv", op::FusedQKV{layer}, with_kv_index({x}, at), {m.q.weight.n_out, nt(x), 1, 1}, m);
 }
 
 NodeId GraphBuilder::fused_qkv_norm(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m) {
-    return node("fused_qkv_norm." + std::to_string(layer), op::FusedQkvNorm{layer}, with_kv_index({x}, at),
+    return node("fused_qkv_norm", op::FusedQkvNorm{layer}, with_kv_index({x}, at),
                 {m.q.weight.n_out, nt(x), 1, 1}, m);
 }
 
 NodeId GraphBuilder::qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, const KvIndex& kv,
                                          const meta::FusedQkv& m) {
-    return node("qkv_bias_rope_store." + std::to_string(layer), op::QkvBiasRopeStore{layer},
-                with_kv_index({q, k, v}, kv), at(q).shape, m);
+    return node("qkv_bias_rope_store", op::QkvBiasRopeStore{layer}, with_kv_index({q, k, v}, kv), at(q).shape,
+                m);
 }
 
 NodeId GraphBuilder::fused_ffn(NodeId x, const meta::FusedFfn& m) {

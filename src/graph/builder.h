@@ -1,8 +1,12 @@
 // GraphBuilder: the only way to make a ComputeGraph. It is pure: it appends nodes and does integer
 // shape arithmetic, nothing else: no kernel runs, no buffer exists, no weight is read. A node can
 // only reference ids the builder already returned, so the node list is topologically sorted.
+// Nodes are named as llama.cpp names its tensors: a stem and, inside a layer, the layer ("attn_norm-3",
+// "attn_q-3", "kv_store-3"; "token_ids", "embed", "output" outside the layers). Dumps, traces and
+// `minfer viz` all show these names.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "graph/graph.h"
 
@@ -15,8 +19,21 @@ struct KvIndex {
     NodeId positions, seq_slot, block_table;
 };
 
+// stem + "-" + layer inside a layer (layer >= 0), the stem alone outside.
+std::string node_name(std::string_view stem, int layer);
+// The name without its layer suffix ("attn_q-3" -> "attn_q").
+std::string_view node_stem(const CNode& n);
+// A GGUF weight name without the layer prefix and the ".weight" suffix ("blk.3.attn_q.weight" ->
+// "attn_q", "output_norm.weight" -> "output_norm").
+std::string weight_stem(const std::string& weight);
+// The layer whose KV region a node writes or reads (KV store/load, attention, QKV fusions); -1 otherwise.
+int node_kv_layer(const CNode& n);
+
 class GraphBuilder {
   public:
+    // The layer of the nodes built from now on (-1: outside the layers); KV ops and attention take the
+    // layer they are given.
+    void set_layer(int il) { layer_ = il; }
     // A leaf whose data arrives from outside each step (so positions never force a rebuild).
     NodeId input(const std::string& name, Shape shape, DType dtype);
     void output(NodeId id) { g_.outputs.push_back(id); }
@@ -47,12 +64,13 @@ class GraphBuilder {
     ComputeGraph build() && { return std::move(g_); }
 
   private:
-    NodeId node(std::string name, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta = meta::None{},
+    NodeId node(std::string stem, Op op, std::vector<NodeId> src, Shape shape, NodeMeta meta = meta::None{},
                 DType dtype = DType::F32);
     // Node x, read for its shape before node() checks the edges: an unknown id is an Error here too.
     const CNode& at(NodeId x) const;
     int64_t nt(NodeId x) const { return at(x).shape[1]; }
     ComputeGraph g_;
+    int layer_ = -1;
 };
 
 }  // namespace minfer

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "graph/builder.h"
+
 namespace minfer {
 
 namespace {
@@ -50,7 +52,7 @@ void write_dot(std::ostream& os, const ComputeGraph& g) {
     os << "}\n";
 }
 
-void write_json(std::ostream& os, const ComputeGraph& g, const GraphParams& p) {
+nlohmann::json graph_json(const ComputeGraph& g, const GraphParams& p) {
     using nlohmann::json;
     json nodes = json::array(), edges = json::array();
     for (const CNode& n : g.nodes) {
@@ -61,7 +63,9 @@ void write_json(std::ostream& os, const ComputeGraph& g, const GraphParams& p) {
                   {"shape", n.shape},
                   {"dtype", dtype_name(n.dtype)},
                   {"backend", n.backend ? backend_name(*n.backend) : nullptr},
-                  {"src", n.src}};
+                  {"src", n.src},
+                  {"layer", n.layer},
+                  {"kv_layer", node_kv_layer(n)}};
         if (const std::string w = weight_of(n.meta); !w.empty()) j["weight"] = w;
         nodes.push_back(std::move(j));
         for (NodeId s : n.src) edges.push_back({s, n.id});
@@ -76,10 +80,12 @@ void write_json(std::ostream& os, const ComputeGraph& g, const GraphParams& p) {
                            {"fuse_qkv", p.cparams.fuse_qkv},
                            {"fuse_ffn", p.cparams.fuse_ffn}}},
                          {"weights_version", p.weights_version}};
-    os << json{{"params", params},     {"uid", g.uid},   {"inputs", g.inputs},
-               {"outputs", g.outputs}, {"nodes", nodes}, {"edges", edges}}
-              .dump(1)
-       << "\n";
+    return {{"params", params},     {"uid", g.uid},   {"inputs", g.inputs},
+            {"outputs", g.outputs}, {"nodes", nodes}, {"edges", edges}};
+}
+
+void write_json(std::ostream& os, const ComputeGraph& g, const GraphParams& p) {
+    os << graph_json(g, p).dump(1) << "\n";
 }
 
 }  // namespace minfer

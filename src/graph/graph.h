@@ -96,6 +96,7 @@ struct CNode {
     DType dtype = DType::F32;
     std::optional<BackendKind> backend;  // filled by backend assignment (sched/)
     NodeMeta meta;
+    int layer = -1;  // the decoder layer the node belongs to; -1 outside the layers (graph/builder.h)
     int64_t n_elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
 };
 

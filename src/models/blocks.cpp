@@ -118,6 +118,7 @@ NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInp
 }
 
 void output_head(GraphBuilder& b, const Model& m, NodeId h) {
+    b.set_layer(-1);  // the head is outside the layers
     const NodeId normed = b.rms_norm(h, m.output_norm, m.hp.rms_eps);
     b.output(b.matmul(normed, m.output));  // [n_vocab, n_out]
 }

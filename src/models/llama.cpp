@@ -10,6 +10,7 @@ ComputeGraph build_llama(const Model& m, const GraphParams& p) {
     const GraphInputs in = declare_inputs(b, p);
     NodeId h = b.embedding(in.tokens, m.tok_embd);  // [n_embd, nt]
     for (int il = 0; il < m.hp.n_layer; ++il) {
+        b.set_layer(il);
         const LayerWeights& l = m.layers[size_t(il)];
         const bool last = il == m.hp.n_layer - 1;
 

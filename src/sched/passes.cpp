@@ -1,6 +1,7 @@
 #include "sched/passes.h"
 
 #include "backend/backend.h"
+#include "graph/builder.h"
 #include "util/error.h"
 
 namespace minfer {
@@ -41,7 +42,7 @@ int fuse_matmul_add(ComputeGraph& g, const std::vector<Backend*>& backends) {
                 continue;
             CNode fused = mm;
             fused.id = n.id;
-            fused.name = mm.name + "+add";
+            fused.name = node_name(std::string(node_stem(mm)) + "+add", mm.layer);
             fused.op = op::MatMul{op->transpose_b, true};
             fused.src = {mm.src[0], n.src[size_t(1 - i)]};
             if (!backend_supports(backends, fused)) continue;
@@ -63,7 +64,7 @@ int fuse_swiglu(ComputeGraph& g, const std::vector<Backend*>& backends) {
         CNode fused = n;
         fused.op = op::SwiGLU{};
         fused.src = {silu.src[0], n.src[1]};
-        fused.name = "swiglu";
+        fused.name = node_name("swiglu", n.layer);
         const bool supported = !backends.empty() && [&] {
             for (Backend* b : backends)
                 if (b->kind() == n.backend && b->supports(fused)) return true;
