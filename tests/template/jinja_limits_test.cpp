@@ -133,6 +133,28 @@ TEST(JinjaLimits, RecursionThroughMacros) {
                       {"evaluation nested more than 1024 levels deep"});
 }
 
+// Work within every size limit is still bounded per rendering, by counted bytes, items and steps.
+TEST(JinjaLimits, WorkPerRendering) {
+    expect_fast_error(
+        "{% set s = 'x' * 16000000 %}{% for i in range(100000) %}{% set t = s ~ 'y' %}{% endfor %}",
+        {"building a string exceeds the rendering's work budget", "line 1"});
+    expect_fast_error(
+        "{% set l = range(99999) | list %}{% for i in range(99999) %}{% if -1 in l %}{% endif %}"
+        "{% endfor %}",
+        {"'in' on a list exceeds the rendering's work budget"});
+    expect_fast_error(
+        "{% set s = 'ab' * 8000000 %}{% for i in range(100000) %}{{ s.count('c') }}{% endfor %}",
+        {"count() exceeds the rendering's work budget"});
+    expect_fast_error("{% set s = 'ab' * 8000000 %}{% for i in range(100000) %}{{ s == s ~ '' }}{% endfor %}",
+                      {"exceeds the rendering's work budget"});
+    expect_fast_error(
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}",
+        {"evaluation took more than 10000000 steps"});
+    EXPECT_EQ(render_vars("{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% set t = s ~ 'y' %}"
+                          "{% endfor %}{% for i in range(90000) %}{{ '' }}{% endfor %}ok"),
+              "ok");
+}
+
 TEST(JinjaLimits, ArithmeticStaysFast) {
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(render_vars("{{ 1 ** 10000000000 }} {{ (-1) ** 10000000001 }} {{ 0 ** 10000000000 }}"),

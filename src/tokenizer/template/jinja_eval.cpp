@@ -45,13 +45,17 @@ class Evaluator {
     void emit(std::string& out, const std::string& text);
     void count_iteration();
 
-    // Counts the evaluator's recursion (expressions, blocks, macro calls) while in scope.
+    // Counts the evaluator's recursion (expressions, blocks, macro calls) while in scope, and its steps
+    // over the whole rendering (a macro calling itself twice per call nests little but runs forever).
     class Nest {
       public:
         explicit Nest(Evaluator& ev) : ev_(ev) {
             if (++ev_.depth_ > kMaxEvalDepth)
                 throw EvalError("evaluation nested more than " + std::to_string(kMaxEvalDepth) +
                                 " levels deep (expressions, blocks and macro calls)");
+            if (++ev_.steps_ > kMaxSteps)
+                throw EvalError("evaluation took more than " + std::to_string(kMaxSteps) +
+                                " steps (expressions evaluated and blocks run), the template limit");
         }
         ~Nest() { --ev_.depth_; }
         Nest(const Nest&) = delete;
@@ -67,6 +71,7 @@ class Evaluator {
     int depth_ = 0;
     size_t output_bytes_ = 0;
     int64_t loop_iterations_ = 0;
+    int64_t steps_ = 0;
 };
 
 Value make_loop(const List& items, size_t i) {
@@ -411,6 +416,7 @@ bool Evaluator::eval_test(const Expr& e) {
 }  // namespace
 
 std::string render(const Body& tmpl, const std::vector<std::pair<std::string, Value>>& globals) {
+    const WorkScope work;
     return Evaluator(globals).run(tmpl);
 }
 

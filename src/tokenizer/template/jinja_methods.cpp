@@ -199,6 +199,7 @@ Value str_strip_impl(const Value& self, const Args& a, StripSide side, const cha
 Value str_find(const Value& self, const Args& a) {
     a.expect("find", 3, {});
     const std::string s = method_window(self, a, 1);
+    charge_work(self.as_string().size(), "find()");
     const size_t hit = s.find(a.get(0, "sub").as_string("find() argument"));
     if (hit == std::string::npos) return Value(-1);
     int64_t index = static_cast<int64_t>(utf8_length(s.substr(0, hit)));
@@ -214,6 +215,7 @@ Value str_count(const Value& self, const Args& a) {
     const std::string& s = self.as_string();
     const std::string sub = a.get(0, "sub").as_string("count() argument");
     if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s)) + 1);
+    charge_work(s.size(), "count()");
     int64_t n = 0;
     for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
     return Value(n);
@@ -298,6 +300,7 @@ Value list_count(const Value& self, const Args& a) {
     a.expect("count", 1, {});
     const Value x = a.get(0, "value");
     const List& items = self.as_list();
+    charge_items(items.size(), "count()");
     return Value(static_cast<int64_t>(
         std::count_if(items.begin(), items.end(), [&](const Value& v) { return equals(v, x); })));
 }
@@ -306,6 +309,7 @@ Value list_index(const Value& self, const Args& a) {
     a.expect("index", 1, {});
     const Value x = a.get(0, "value");
     const List& items = self.as_list();
+    charge_items(items.size(), "index()");
     for (size_t i = 0; i < items.size(); ++i)
         if (equals(items[i], x)) return Value(static_cast<int64_t>(i));
     throw EvalError(x.repr() + " is not in list");

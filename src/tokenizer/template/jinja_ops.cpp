@@ -219,9 +219,11 @@ bool contains(const Value& container, const Value& item) {
     if (container.is_string()) {
         if (!item.is_string())
             throw EvalError("'in <string>' requires string as left operand, not " + item.type_name());
+        charge_work(container.as_string().size(), "'in' on a string");
         return container.as_string().find(item.as_string()) != std::string::npos;
     }
     if (container.is_list()) {
+        charge_items(container.as_list().size(), "'in' on a list");
         for (const Value& v : container.as_list())
             if (equals(v, item)) return true;
         return false;
@@ -233,7 +235,10 @@ bool contains(const Value& container, const Value& item) {
 }
 
 List iterate(const Value& v) {
-    if (v.is_list()) return v.as_list();
+    if (v.is_list()) {
+        charge_items(v.as_list().size(), "iterating over a list");
+        return v.as_list();
+    }
     if (v.is_undefined()) return {};
     if (v.is_dict() && !v.as_dict().is_namespace) {
         List keys;

@@ -7,6 +7,27 @@
 
 namespace minfer::jinja {
 
+namespace {
+
+thread_local WorkScope* t_work = nullptr;
+
+}  // namespace
+
+WorkScope::WorkScope() : outer_(t_work) {
+    t_work = this;
+}
+
+WorkScope::~WorkScope() {
+    t_work = outer_;
+}
+
+void charge_work(uint64_t units, std::string_view construct) {
+    if (!t_work || (t_work->used_ += units) <= kMaxWork) return;
+    throw EvalError(std::string(construct) + " exceeds the rendering's work budget of " +
+                    std::to_string(kMaxWork >> 30) +
+                    " Gi units (bytes built, compared or searched; list items count 16), the template limit");
+}
+
 void check_string_size(size_t bytes, std::string_view construct) {
     if (bytes > kMaxStringBytes)
         throw EvalError(std::string(construct) + " makes a string of more than " +
@@ -21,11 +42,13 @@ void check_list_size(size_t items, std::string_view construct) {
 
 Value::Value(std::string s) {
     check_string_size(s.size(), "a string value");
+    charge_work(s.size(), "building a string");
     v_ = std::make_shared<const std::string>(std::move(s));
 }
 
 Value::Value(List l, SeqKind kind) : kind_(kind) {
     check_list_size(l.size(), "a list value");
+    charge_items(l.size(), "building a list");
     depth_ = 1;
     for (const Value& item : l) set_nesting(item);
     v_ = std::make_shared<const List>(std::move(l));
@@ -33,6 +56,7 @@ Value::Value(List l, SeqKind kind) : kind_(kind) {
 
 Value::Value(std::shared_ptr<Dict> d) {
     check_list_size(d->entries.size(), "a dict value");
+    charge_items(d->entries.size(), "building a dict");
     depth_ = 1;
     for (const auto& [k, v] : d->entries) set_nesting(v);
     if (d->is_namespace && holds_namespace_)
@@ -229,12 +253,14 @@ std::string Value::repr() const {
 }
 
 const Value* Dict::find(std::string_view key) const {
+    charge_items(entries.size(), "a dict lookup");
     for (const auto& [k, v] : entries)
         if (k == key) return &v;
     return nullptr;
 }
 
 void Dict::set(const std::string& key, Value v) {
+    charge_items(entries.size(), "a dict assignment");
     for (auto& [k, old] : entries) {
         if (k == key) {
             old = std::move(v);
@@ -294,8 +320,10 @@ bool equals(const Value& a, const Value& b) {
         case Value::Type::None:
             return true;
         case Value::Type::String:
+            charge_work(a.as_string().size(), "comparing strings");
             return a.as_string() == b.as_string();
         case Value::Type::List: {
+            charge_items(a.as_list().size(), "comparing lists");
             if (!a.is_plain_sequence() || !b.is_plain_sequence()) return &a.as_list() == &b.as_list();
             if (a.is_tuple() != b.is_tuple()) return false;
             const List& x = a.as_list();
@@ -319,8 +347,12 @@ bool less_than(const Value& a, const Value& b) {
         if (a.is_float() || b.is_float()) return a.as_number() < b.as_number();
         return a.as_int() < b.as_int();
     }
-    if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+    if (a.is_string() && b.is_string()) {
+        charge_work(a.as_string().size(), "comparing strings");
+        return a.as_string() < b.as_string();
+    }
     if (a.is_plain_sequence() && b.is_plain_sequence()) {
+        charge_items(a.as_list().size(), "comparing lists");
         const List& x = a.as_list();
         const List& y = b.as_list();
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -333,6 +365,7 @@ bool less_than(const Value& a, const Value& b) {
 }
 
 std::vector<size_t> utf8_boundaries(const std::string& s) {
+    charge_work(s.size(), "splitting a string into characters");
     std::vector<size_t> out;
     out.reserve(s.size() + 1);
     for (size_t i = 0; i < s.size(); ++i)
@@ -342,6 +375,7 @@ std::vector<size_t> utf8_boundaries(const std::string& s) {
 }
 
 size_t utf8_length(const std::string& s) {
+    charge_work(s.size(), "measuring a string");
     size_t n = 0;
     for (unsigned char c : s) n += (c & 0xC0) != 0x80;
     return n;
