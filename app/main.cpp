@@ -9,6 +9,7 @@
 
 namespace minfer {
 void add_serve_command(CLI::App& app);  // app/cmd_serve.cpp
+void add_viz_command(CLI::App& app);    // app/cmd_viz.cpp
 }  // namespace minfer
 
 int main(int argc, char** argv) {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     minfer::add_bench_command(app);
     minfer::add_dump_diff_command(app);
     minfer::add_serve_command(app);
+    minfer::add_viz_command(app);
     // CLI11 short names are one letter: llama.cpp's -sys is spelled --system.
     static char system_flag[] = "--system";
     static char parallel_flag[] = "--parallel";  // llama-server's -np

@@ -142,6 +142,17 @@ Engine::Engine(const Model& m, const EngineParams& p)
 
 Engine::~Engine() = default;
 
+void Engine::add_observer(std::unique_ptr<StepObserver> o) {
+    if (observer_) {
+        auto set = std::make_unique<ObserverSet>();
+        set->add(std::move(observer_));
+        set->add(std::move(o));
+        o = std::move(set);
+    }
+    observer_ = std::move(o);
+    exec_.set_observer(observer_.get());
+}
+
 GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out) const {
     return GraphParams::make(n_tokens, n_out, cparams_);
 }
@@ -221,6 +232,7 @@ int64_t Engine::attach_prefix(SeqId s, std::span<const int32_t> prompt) {
         q.n_published = int64_t(q.blocks.size());
     }
     prefix_hits_ += int64_t(q.tokens.size());
+    fprintf(stderr, "DBG attach %zu prompt %zu pc %d block %zu\n", q.tokens.size(), prompt.size(), int(prefix_cache_), block);
     return int64_t(q.tokens.size());
 }
 

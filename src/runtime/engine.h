@@ -100,6 +100,9 @@ class Engine {
     int64_t steps() const { return step_; }
     const KvCache& kv() const { return kv_; }
     const Backend* gpu() const { return gpu_.get(); }
+    // Observes every later step beside the observers of MINFER_TRACE / MINFER_GRAPH_DUMP (minfer viz
+    // streams its steps through one). Observed steps run node by node: no CUDA-graph replay.
+    void add_observer(std::unique_ptr<StepObserver> o);
 
   private:
     struct Sequence {

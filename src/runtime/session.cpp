@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/observe.h"
 #include "util/error.h"
 
 namespace minfer {
@@ -16,6 +17,10 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.kv_type = p.kv_type;
     e.kv_mem = p.kv_mem;
     return e;
+}
+
+void Session::add_observer(std::unique_ptr<StepObserver> o) {
+    engine_.add_observer(std::move(o));
 }
 
 Session::Session(const Model& m, const SessionParams& p)

@@ -48,6 +48,7 @@ class Session {
     const Backend* gpu() const { return engine_.gpu(); }
     ComputeGraph planned_graph(const GraphParams& p) { return engine_.planned_graph(p); }
     const Engine& engine() const { return engine_; }
+    void add_observer(std::unique_ptr<StepObserver> o);  // Engine::add_observer
 
   private:
     Engine engine_;

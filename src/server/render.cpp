@@ -143,14 +143,6 @@ json usage_chunk_json(const ResponseMeta& m, const std::vector<GenerationResult>
     return out;
 }
 
-std::string dump(const json& j) {
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-std::string sse_event(const json& j) {
-    return "data: " + dump(j) + "\n\n";
-}
-
 std::string error_json(const ApiError& e) {
     return dump({{"error",
                   {{"message", e.what()},

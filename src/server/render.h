@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/scheduler.h"
+#include "server/http.h"  // dump, sse_event
 #include "server/request.h"
 
 namespace minfer::server {
@@ -51,8 +52,6 @@ nlohmann::json chunk_json(const ResponseMeta& m, const Delta& d);
 // The last chunk when stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const std::vector<GenerationResult>& results);
 
-std::string dump(const nlohmann::json& j);
-std::string sse_event(const nlohmann::json& j);  // "data: {...}\n\n"
 std::string error_json(const ApiError& e);
 
 }  // namespace minfer::server

@@ -1,18 +1,16 @@
 #include "server/server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
-#include <thread>
 
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "server/api_error.h"
 #include "server/completions.h"
 #include "server/engine_loop.h"
+#include "server/http.h"
 #include "server/metrics.h"
 #include "server/prompt.h"
 #include "server/render.h"
@@ -89,8 +87,7 @@ struct Server::Impl {
     std::unique_ptr<PromptBuilder> prompt;
     std::unique_ptr<EngineLoop> loop;  // declared last: destroyed before the model it runs
     std::string name;
-    std::thread listener;
-    int listen_fd = -1;  // the listening socket, as httplib's socket options saw it
+    Listener listener{http};
 };
 
 const PromptBuilder& Server::Impl::ready_prompt() const {
@@ -211,16 +208,9 @@ void Server::Impl::hooks() {
 }
 
 Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {
-    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
     Impl& s = *impl_;
     const auto threads = size_t(s.opt.http_threads > 0 ? s.opt.http_threads : s.opt.max_queue + 64);
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a busy port.
-    s.http.set_socket_options([&s](int sock) {
-        int yes = 1;
-        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-        s.listen_fd = sock;
-    });
     s.http.set_payload_max_length(s.opt.body_limit);
     s.http.set_read_timeout(s.opt.timeout_s, 0);
     s.http.set_write_timeout(s.opt.timeout_s, 0);
@@ -234,23 +224,11 @@ Server::~Server() {
 }
 
 int Server::bind() {
-    Impl& s = *impl_;
-    const int port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host)
-                                     : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
-    if (port <= 0)
-        throw Error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
-                    " (address in use, or not an address of this machine)");
-    // httplib listens with a backlog of 5: a burst of clients would overflow it, their first packets
-    // would be dropped and retransmitted seconds later, after httplib gave up waiting for the request.
-    ::listen(s.listen_fd, 1024);
-    return port;
+    return impl_->listener.bind(impl_->opt.host, impl_->opt.port);
 }
 
 void Server::start() {
-    impl_->listener = std::thread([this] { impl_->http.listen_after_bind(); });
-    // stop() only reaches a server that is running: wait (briefly) until it is.
-    for (int i = 0; i < 2000 && !impl_->http.is_running(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    impl_->listener.start();
 }
 
 void Server::serve_model(std::unique_ptr<Model> model, const EngineParams& p, const std::string& name) {
@@ -271,7 +249,7 @@ void Server::shutdown() {
 }
 
 void Server::wait() {
-    if (impl_->listener.joinable()) impl_->listener.join();
+    impl_->listener.join();
 }
 
 const Metrics& Server::metrics() const {

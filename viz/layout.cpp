@@ -1,0 +1,64 @@
+#include "viz/layout.h"
+
+#include <graphviz/cgraph.h>
+#include <graphviz/gvc.h>
+
+#include <memory>
+#include <mutex>
+
+#include "util/error.h"
+
+namespace minfer::viz {
+
+namespace {
+
+std::mutex& layout_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+// One context for the process: it loads the layout and render plugins from Graphviz's configuration.
+GVC_t* context() {
+    static GVC_t* const gvc = gvContext();
+    if (!gvc) throw Error("graphviz: cannot create a context");
+    return gvc;
+}
+
+std::string& last_message() {
+    static std::string m;
+    return m;
+}
+
+int keep_message(char* text) {
+    last_message() += text;
+    while (!last_message().empty() && last_message().back() == '\n') last_message().pop_back();
+    return 0;
+}
+
+struct GraphCloser {
+    void operator()(Agraph_t* g) const { agclose(g); }
+};
+
+}  // namespace
+
+std::string dot_to_svg(const std::string& dot) {
+    std::lock_guard lock(layout_mutex());
+    GVC_t* gvc = context();
+    last_message().clear();
+    agseterrf(keep_message);  // Graphviz's messages go into the Error, not to stderr
+    const std::unique_ptr<Agraph_t, GraphCloser> g(agmemread(dot.c_str()));
+    if (!g) throw Error("graphviz: cannot parse the graph's DOT text: " + last_message());
+    if (gvLayout(gvc, g.get(), "dot") != 0) throw Error("graphviz: the dot layout failed");
+    char* data = nullptr;
+    unsigned int len = 0;
+    const int rc = gvRenderData(gvc, g.get(), "svg", &data, &len);
+    std::string svg = rc == 0 && data ? std::string(data, len) : std::string();
+    if (data) gvFreeRenderData(data);
+    gvFreeLayout(gvc, g.get());
+    if (rc != 0 || svg.empty())
+        throw Error("graphviz: no SVG renderer (is the Graphviz plugin configuration installed? `dot -c`)");
+    const size_t start = svg.find("<svg");
+    return start == std::string::npos ? svg : svg.substr(start);
+}
+
+}  // namespace minfer::viz
