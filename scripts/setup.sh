@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build ccache pkg-config git libpcre2-dev libutf8proc-dev libcli11-dev
-  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev graphviz libcpp-httplib-dev)
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev graphviz libgraphviz-dev libcpp-httplib-dev
+  chromium)  # libgraphviz-dev: minfer viz lays graphs out in-process; chromium: its browser test
 # nodejs and npm run the server's tests with the official openai client; a machine that already has a
 # node (e.g. from NodeSource) keeps it.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
@@ -19,10 +20,13 @@ fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BENCH=ON
 cmake --build build -j "$(nproc)"
-# The openai npm package for tests/server/openai_client.test.mjs, in an ignored folder (the test skips
-# without it). A failed install (no network) is reported, not fatal.
-if [ ! -d build/node/node_modules/openai ]; then
-  mkdir -p build/node
-  (cd build/node && npm install --no-audit --no-fund --loglevel=error openai@4) ||
-    echo "setup: could not install the openai npm package; its server test will be skipped" >&2
-fi
+# The openai npm package for tests/server/openai_client.test.mjs and puppeteer-core (which drives the
+# system chromium, downloading no browser) for tests/viz/browser.test.mjs, in an ignored folder (the
+# tests skip without them). A failed install (no network) is reported, not fatal.
+for pkg in openai@4 puppeteer-core@24; do
+  if [ ! -d "build/node/node_modules/${pkg%@*}" ]; then
+    mkdir -p build/node
+    (cd build/node && npm install --no-audit --no-fund --loglevel=error "$pkg") ||
+      echo "setup: could not install the npm package $pkg; its test will be skipped" >&2
+  fi
+done
