@@ -32,7 +32,8 @@ struct VizOptions {
 
 class VizServer {
   public:
-    // `graphs` and `info` describe `s`; all must outlive the server.
+    // `graphs` and `info` describe `s`; all must outlive the server. It installs its LiveObserver on
+    // `s` for good: `s` must run no forward pass once the server is gone.
     VizServer(Session& s, const Tokenizer& tok, GraphSet& graphs, nlohmann::json info, VizOptions o);
     ~VizServer();  // shutdown() and wait()
 

@@ -6,7 +6,8 @@
 // pages at once, and the selected node's stats and histogram; a reload replays them; the exported page
 // opened from file:// with the network off shows the same node count. Saves ARTIFACT_DIR/viz.png and
 // viz-export.png, prints the load times. Exits 77 (ctest's SKIP_RETURN_CODE) without chromium or
-// puppeteer-core (scripts/setup.sh installs both), 1 on the first failed check.
+// puppeteer-core (scripts/setup.sh installs both), 1 on the first failed check. MINFER_VIZ_MODEL=FILE runs
+// it on another model than the embedded one.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -14,6 +15,7 @@ import { createRequire } from "node:module";
 import path from "node:path";
 
 const [binary, nodeDir, artifacts] = process.argv.slice(2);
+const modelArgs = process.env.MINFER_VIZ_MODEL ? ["-m", process.env.MINFER_VIZ_MODEL] : [];
 const skip = (why) => {
   console.log("skipped: " + why);
   process.exit(77);
@@ -32,7 +34,7 @@ const deadline = setTimeout(() => { console.error("FAIL: the browser test ran ov
 
 // Starts `minfer viz --port 0` and resolves with the child and its URL once it prints it.
 function startViz() {
-  const child = spawn(binary, ["viz", "--port", "0", "-t", "2"], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(binary, ["viz", ...modelArgs, "--port", "0", "-t", "2"], { stdio: ["ignore", "pipe", "inherit"] });
   return new Promise((resolve, reject) => {
     let out = "";
     const timer = setTimeout(() => reject(new Error("minfer viz printed no URL in 60 s")), 60000);
@@ -72,6 +74,19 @@ async function checkGraphTab(page, kind) {
   return doc;
 }
 
+// Collapsing layer 0 (its checkbox) lays the graph out again with the layer as one node; clicking that
+// node expands it.
+async function checkCollapse(page, doc) {
+  const layer0 = doc.layers[0].nodes.length;
+  await page.bringToFront();
+  await page.click("#layers input[type=checkbox]");
+  await until(page, (n) => document.querySelectorAll("svg .node").length === n, doc.n_nodes - layer0 + 1);
+  assert.equal(await page.$eval("#L0", (el) => el.getAttribute("class")), "node layer");
+  await page.$eval("#L0", (el) => el.dispatchEvent(new MouseEvent("click", { bubbles: true })));
+  await until(page, (n) => document.querySelectorAll("svg .node").length === n, doc.n_nodes);
+  assert.equal(await page.$eval("#layers input[type=checkbox]", (el) => el.checked), false);
+}
+
 async function generateOn(page, prompt, n) {
   await page.bringToFront();
   await page.$eval("#prompt", (el, p) => (el.value = p), prompt);
@@ -104,7 +119,7 @@ async function selectAndCheckStats(page, doc) {
 
 async function checkExport(browser, liveCounts) {
   const file = path.resolve(artifacts, "viz-export.html");
-  const r = spawnSync(binary, ["viz", "-t", "2", "--export", file], { encoding: "utf8", timeout: 60000 });
+  const r = spawnSync(binary, ["viz", ...modelArgs, "-t", "2", "--export", file], { encoding: "utf8", timeout: 60000 });
   assert.equal(r.status, 0, r.stderr);
   const page = await browser.newPage();
   page.setDefaultTimeout(30000);
@@ -144,6 +159,7 @@ try {
   const loadMs = await open(a, url);
   const decode = await checkGraphTab(a, "decode");
   const prefill = await checkGraphTab(a, "prefill");
+  await checkCollapse(a, prefill);
   await open(b, url);
 
   await generateOn(a, "The list type", 12);
