@@ -10,13 +10,16 @@
 # Environment: T (threads, default 2), NP (sequences, default 8), CTX (KV tokens, default 4096),
 # CONC (levels, default 1,4,8), REQ (requests per level, default 16), PROMPT (words, default 64),
 # GEN (generated tokens, default 32), DEVICE (cpu or cuda, default cpu), MINFER (binary, default
-# build/minfer), LLAMACPP (default ../shared/tools/llamacpp), LOAD (default ../shared/tools/serve-load).
+# build/minfer), LLAMACPP (a command taking the tool name first, default ../shared/tools/llamacpp),
+# LLAMA_ARGS (extra llama-server flags, e.g. "-ngl 99" for its CUDA build; with DEVICE=cuda the default),
+# LOAD (default ../shared/tools/serve-load).
 set -euo pipefail
 [ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: serve-compare.sh MODEL.gguf" >&2; exit 2; }
 model=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
 T=${T:-2} NP=${NP:-8} CTX=${CTX:-4096} CONC=${CONC:-1,4,8} REQ=${REQ:-16} PROMPT=${PROMPT:-64} GEN=${GEN:-32}
 DEVICE=${DEVICE:-cpu}
+if [ "$DEVICE" = cuda ]; then LLAMA_ARGS=${LLAMA_ARGS:--ngl 99}; else LLAMA_ARGS=${LLAMA_ARGS:-}; fi
 MINFER=${MINFER:-$here/build/minfer}
 LLAMACPP=${LLAMACPP:-$here/../shared/tools/llamacpp}
 LOAD=${LOAD:-$here/../shared/tools/serve-load}
@@ -33,25 +36,26 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# Waits until GET $1/health answers 200 (at most 300 s) while process $2 lives.
+# Waits until GET $1/health answers 200 (at most 300 s) while process $2 lives; shows its log $3 if not.
 wait_healthy() {
   for _ in $(seq 600); do
     curl -sf "$1/health" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || { echo "serve-compare.sh: the server for $1 exited" >&2; return 1; }
+    kill -0 "$2" 2>/dev/null || { echo "serve-compare.sh: the server for $1 exited:" >&2; tail -20 "$3" >&2; return 1; }
     sleep 0.5
   done
-  echo "serve-compare.sh: $1 never became healthy" >&2
+  echo "serve-compare.sh: $1 never became healthy:" >&2
+  tail -20 "$3" >&2
   return 1
 }
 
 mport=$(free_port)
 "$MINFER" serve -m "$model" --port "$mport" -t "$T" -np "$NP" -c "$CTX" --device "$DEVICE" >/dev/null 2>"$tmp/minfer.err" &
 pids+=($!)
-wait_healthy "http://127.0.0.1:$mport" "${pids[-1]}"
+wait_healthy "http://127.0.0.1:$mport" "${pids[-1]}" "$tmp/minfer.err"
 lport=$(free_port)
-"$LLAMACPP" llama-server -m "$model" --port "$lport" -t "$T" -np "$NP" -c "$CTX" -kvu >/dev/null 2>"$tmp/llama.err" &
+"$LLAMACPP" llama-server -m "$model" --port "$lport" -t "$T" -np "$NP" -c "$CTX" -kvu $LLAMA_ARGS >/dev/null 2>"$tmp/llama.err" &
 pids+=($!)
-wait_healthy "http://127.0.0.1:$lport" "${pids[-1]}"
+wait_healthy "http://127.0.0.1:$lport" "${pids[-1]}" "$tmp/llama.err"
 
 for c in ${CONC//,/ }; do
   for s in minfer:$mport llama-server:$lport; do
@@ -60,7 +64,7 @@ for c in ${CONC//,/ }; do
   done
 done
 
-echo "model $(basename "$model"), $T threads, -np $NP, -c $CTX, $PROMPT-word prompts, $GEN generated, $REQ requests per level"
+echo "model $(basename "$model"), device $DEVICE, llama-server ${LLAMA_ARGS:-(cpu)}, $T threads, -np $NP, -c $CTX, $PROMPT-word prompts, $GEN generated, $REQ requests per level"
 echo
 python3 - "$tmp" "$CONC" <<'PY'
 import json, sys

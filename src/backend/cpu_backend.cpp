@@ -122,16 +122,6 @@ void kv_store_rows(KvCache::Region& r, int64_t nt, const auto& slot, const float
     }
 }
 
-// log2 of the block size: blocks are powers of two, or the one block of the unpaged layout, whose rows
-// KvRows then addresses as block 0 of the next power of two.
-int block_shift(const meta::Paging& pg) {
-    int shift = cpu::kMinBlockShift;
-    while ((int64_t(1) << shift) < pg.block) ++shift;
-    if ((int64_t(1) << shift) != pg.block && pg.max_blocks != 1)
-        throw Error("KV block size " + std::to_string(pg.block) + " is not a power of two of at least 16");
-    return shift;
-}
-
 // Where the tokens of one forward read and write their sequences' KV rows: the inputs positions,
 // seq_slot and block_table (the sources from kv_index_src on; unpaged graphs have only positions, and
 // their one block is block 0), checked against the region so that a bad table is an error, never
@@ -158,7 +148,7 @@ KvIndexData kv_index(const CNode& n, const NodeBuffers& bufs, const meta::Paging
     const size_t first = size_t(kv_index_src(n.op));
     const bool paged = n.src.size() == first + 3;
     const KvIndexData d{ids_of(bufs, n.src[first]), paged ? ids_of(bufs, n.src[first + 1]) : nullptr,
-                        paged ? ids_of(bufs, n.src[first + 2]) : nullptr, pg, block_shift(pg)};
+                        paged ? ids_of(bufs, n.src[first + 2]) : nullptr, pg, pg.shift(cpu::kMinBlockShift)};
     d.check(n.name, n_slots, nt);
     return d;
 }

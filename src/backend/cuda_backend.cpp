@@ -41,13 +41,14 @@ struct DeviceBuffer {
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     ~DeviceBuffer() { cudaFree(ptr); }
-    // Grows to at least `n` bytes (contents are not kept).
-    void reserve(size_t n) {
-        if (n <= bytes) return;
+    // Grows to at least `n` bytes (contents are not kept); true when the storage moved.
+    bool reserve(size_t n) {
+        if (n <= bytes) return false;
         cudaFree(ptr);
         ptr = nullptr;
         MINFER_CUDA_CHECK(cudaMalloc(&ptr, n));
         bytes = n;
+        return true;
     }
     void release() {
         cudaFree(ptr);
@@ -79,16 +80,6 @@ const meta::Paging& paging_of(const CNode& n) {
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging;
     if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.paging;
     return std::get<meta::Kv>(n.meta).paging;
-}
-
-// log2 of the KV block: a power of two when paged, or the one block of the unpaged layout (whose rows
-// are then all below 2^shift).
-int32_t block_shift(const meta::Paging& pg) {
-    int32_t shift = 0;
-    while ((int64_t(1) << shift) < pg.block) ++shift;
-    if ((int64_t(1) << shift) != pg.block && pg.max_blocks != 1)
-        throw Error("CUDA backend: KV block size " + std::to_string(pg.block) + " is not a power of two");
-    return shift;
 }
 
 }  // namespace
@@ -126,7 +117,7 @@ struct CudaBackend::Impl {
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
     std::pair<int64_t, float> rope_key{};  // n_rot and freq_base the table was filled for
-    uint64_t launches = 0;
+    uint64_t launches = 0, captures = 0;
 
     // opt.profile: every node timed alone with CUDA events; a per-op table at exit.
     struct OpTime {
@@ -197,7 +188,7 @@ struct CudaBackend::Impl {
         if (n.src.size() != first + 3) return {ids(n.src[first])};
         const meta::Paging& pg = paging_of(n);
         return {ids(n.src[first]), ids(n.src[first + 1]), ids(n.src[first + 2]), int32_t(pg.max_blocks),
-                block_shift(pg)};
+                pg.shift()};
     }
     static const int32_t* ids_host(const NodeBuffers& bufs, NodeId id) {
         return reinterpret_cast<const int32_t*>(bufs.data(id));
@@ -220,8 +211,8 @@ struct CudaBackend::Impl {
     }
 
     void reserve_kv(const ComputeGraph& g);
-    void reserve_scratch(const ComputeGraph& g);
-    void reserve_rope_table(const ComputeGraph& g);
+    bool reserve_scratch(const ComputeGraph& g);     // true when a buffer moved
+    bool reserve_rope_table(const ComputeGraph& g);  // true when the table was (re)filled
     void choose_host_outputs(const ComputeGraph& g);
     // The RoPE table if it was filled for these rotary parameters, else none (the angles are evaluated).
     cuda::RopeTable rope_table_for(const meta::Rope& r) const {
@@ -355,6 +346,10 @@ uint64_t CudaBackend::graph_launches() const {
     return impl_->launches;
 }
 
+uint64_t CudaBackend::graph_captures() const {
+    return impl_->captures;
+}
+
 bool CudaBackend::supports(const CNode& n) const {
     // The KV regions on the device hold f32 rows.
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
@@ -387,25 +382,26 @@ void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
 // The RoPE table the QKV fusions' epilogues read (cuda::RopeTable), for the graph's context size: the
 // epilogue kernel then loads its angles instead of evaluating them in double precision, which measured
 // 1.5-1.9% of a decode step (0.5B / 1.5B Q4_K_M tg128).
-void CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
+bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
     for (const CNode& n : g.nodes) {
         const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
         if (!f) continue;
         const std::pair key{f->rope.n_rot, f->rope.freq_base};
-        if (rope_tab.cs && key == rope_key && rope_tab.n_pos >= f->kv.n_ctx) return;
+        if (rope_tab.cs && key == rope_key && rope_tab.n_pos >= f->kv.n_ctx) return false;
         rope_cs.reserve(size_t(f->kv.n_ctx * f->rope.n_rot) * sizeof(float));
         cuda::rope_table({0, f->rope.head_dim, f->rope.n_rot, f->rope.freq_base, false}, f->kv.n_ctx,
                          rope_cs.as<float>(), stream);
         MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));  // kernels read it before their first wait
         rope_tab = {rope_cs.as<float>(), f->kv.n_ctx};
         rope_key = key;
-        return;
+        return true;
     }
+    return false;
 }
 
 // Scratch sized for the graph: prefill attention's scores and expanded K/V (gemm_attention
 // only), fused-QKV rows, and the GEMM's half-precision weight and activation tiles.
-void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
+bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
@@ -422,11 +418,12 @@ void CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
             x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
         }
     }
-    scores.reserve(score_floats * sizeof(float));
-    kv_wide.reserve(wide_floats * sizeof(float));
-    fused.reserve(fused_floats * sizeof(float));
-    gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
-    gemm_x.reserve(x_halves * 2);
+    bool moved = scores.reserve(score_floats * sizeof(float));
+    moved |= kv_wide.reserve(wide_floats * sizeof(float));
+    moved |= fused.reserve(fused_floats * sizeof(float));
+    moved |= gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
+    moved |= gemm_x.reserve(x_halves * 2);
+    return moved;
 }
 
 // A graph that runs wholly on the GPU has its outputs of fewer than gemm_tokens columns (the decode
@@ -443,10 +440,12 @@ void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
 void CudaBackend::prepare(const ComputeGraph& g) {
     const bool paged = g.find_input("seq_slot") >= 0;
     impl_->gemm_tokens = impl_->opt.invariant ? INT64_MAX : paged ? 2 : cuda::kMaxMatvecTokens + 1;
-    impl_->drop_graphs();
-    impl_->reserve_kv(g);
-    impl_->reserve_scratch(g);
-    impl_->reserve_rope_table(g);
+    impl_->reserve_kv(g);  // new layers' regions leave the captured ones in place
+    // Captured graphs (of this graph and of the other buckets) hold device addresses: they stay valid
+    // until a buffer they read moves. Each keeps the gemm_tokens, host outputs and kernel choices of
+    // its own graph, which prepare recomputes identically when that graph is active again.
+    const bool moved = impl_->reserve_scratch(g);
+    if (impl_->reserve_rope_table(g) || moved) impl_->drop_graphs();
     impl_->choose_host_outputs(g);
     const NodeId tok = g.find_input("token_ids");
     // Decode steps, and every step of a paged (batched) graph, whose attention reads only device data;
@@ -455,15 +454,15 @@ void CudaBackend::prepare(const ComputeGraph& g) {
 }
 
 void CudaBackend::bind(const BufferPlan& plan) {
-    impl_->drop_graphs();  // captured graphs hold arena addresses
-    impl_->offset = plan.offset;
-    impl_->arena.reserve(size_t(plan.arena_floats) * sizeof(float));
+    impl_->offset = plan.offset;  // captures of other graphs keep their own plan's offsets
+    if (impl_->arena.reserve(size_t(plan.arena_floats) * sizeof(float))) impl_->drop_graphs();
 }
 
 float* CudaBackend::host_arena(int64_t n_floats) {
     Impl& im = *impl_;
     if (n_floats > im.pinned_floats) {
         MINFER_CUDA_CHECK(cudaStreamSynchronize(im.stream));
+        im.drop_graphs();  // their host outputs point into the old arena
         cudaFreeHost(im.pinned);
         im.pinned = nullptr;
         MINFER_CUDA_CHECK(cudaMallocHost(&im.pinned, size_t(n_floats) * sizeof(float)));
@@ -721,6 +720,7 @@ void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const Node
     const cudaError_t st = cudaGraphInstantiate(&c.exec, graph, 0);
     cudaGraphDestroy(graph);
     MINFER_CUDA_CHECK(st);
+    ++captures;
 }
 
 // A reusable decode segment runs eagerly once, is captured on its second run and replayed after.

@@ -49,6 +49,7 @@ class CudaBackend final : public Backend {
     float* host_arena(int64_t n_floats) override;  // pinned
 
     uint64_t graph_launches() const;  // CUDA-graph replays so far (tests, reports)
+    uint64_t graph_captures() const;  // CUDA graphs recorded so far (tests)
 
     struct Impl;
 

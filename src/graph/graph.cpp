@@ -3,10 +3,20 @@
 #include <functional>
 #include <queue>
 #include <sstream>
+#include <string>
 
 #include "util/error.h"
 
 namespace minfer {
+
+int32_t meta::Paging::shift(int32_t min_shift) const {
+    int32_t s = min_shift;
+    while ((int64_t(1) << s) < block) ++s;
+    if ((int64_t(1) << s) != block && max_blocks != 1)
+        throw Error("KV block size " + std::to_string(block) + " is not a power of two of at least " +
+                    std::to_string(int64_t(1) << min_shift));
+    return s;
+}
 
 const char* backend_name(BackendKind b) {
     return b == BackendKind::Cpu ? "cpu" : "cuda";

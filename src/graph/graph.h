@@ -51,6 +51,10 @@ struct Rope {
 // pos % block.
 struct Paging {
     int64_t block, max_blocks;
+    // log2 of the block size, at least min_shift (a backend's smallest block). Blocks are powers of
+    // two, or the one block of the unpaged layout (max_blocks 1), whose rows are then all below
+    // 2^shift. Throws for a paged block size that is not a power of two of at least 2^min_shift.
+    int32_t shift(int32_t min_shift = 0) const;
     bool operator==(const Paging&) const = default;
 };
 struct Attn {

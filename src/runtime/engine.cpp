@@ -232,7 +232,6 @@ int64_t Engine::attach_prefix(SeqId s, std::span<const int32_t> prompt) {
         q.n_published = int64_t(q.blocks.size());
     }
     prefix_hits_ += int64_t(q.tokens.size());
-    fprintf(stderr, "DBG attach %zu prompt %zu pc %d block %zu\n", q.tokens.size(), prompt.size(), int(prefix_cache_), block);
     return int64_t(q.tokens.size());
 }
 

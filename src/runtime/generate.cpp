@@ -39,10 +39,8 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
     std::span<const float> logits = s.forward(prompt, 1);
     r.prefill_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
-    std::vector<float> row;
     while (int64_t(r.ids.size()) < gp.n_predict && !(gp.should_stop && gp.should_stop())) {
-        row.assign(logits.end() - s.model().hp.n_vocab, logits.end());
-        const int32_t id = sampler.sample(row);
+        const int32_t id = sampler.sample(logits.last(size_t(s.model().hp.n_vocab)));
         if (tok.is_eog(id) && !gp.ignore_eos) break;
         sampler.accept(id);
         r.ids.push_back(id);

@@ -24,8 +24,8 @@ struct SamplerParams {
 class Sampler {
   public:
     explicit Sampler(const SamplerParams& p);
-    // Picks the next token from `logits` (n_vocab floats, modified in place by penalties).
-    int32_t sample(std::span<float> logits);
+    // Picks the next token from `logits` (n_vocab floats; penalties apply to a copy).
+    int32_t sample(std::span<const float> logits);
     // Records an accepted token (prompt or generated) for the penalties.
     void accept(int32_t id);
     void reset();
@@ -38,7 +38,8 @@ class Sampler {
         int32_t id;
         float logit;
     };
-    std::vector<Cand> cands_;  // scratch, reused between calls
+    std::vector<Cand> cands_;       // scratch, reused between calls
+    std::vector<float> penalized_;  // the logits with penalties applied (scratch)
 };
 
 // Index of the largest value (lowest index on ties).

@@ -174,8 +174,7 @@ bool Scheduler::step() {
 }
 
 void Scheduler::sample(Active& a, std::span<const float> logits) {
-    std::vector<float> row(logits.begin(), logits.end());
-    const int32_t id = a.sampler.sample(row);
+    const int32_t id = a.sampler.sample(logits);
     if (tok_.is_eog(id) && !a.req.gen.ignore_eos) return finish(a, FinishReason::Stop);
     if (a.req.n_logprobs >= 0 && a.req.on_logprob)
         a.req.on_logprob(token_logprob(logits, id, a.req.n_logprobs));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "invariant_params.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -27,13 +28,9 @@ std::string embedded_model() {
 }
 
 EngineParams params(int max_seqs, int64_t n_ctx, bool prefix_cache = true, GgmlType kv = GgmlType::F32) {
-    EngineParams p;
+    EngineParams p = invariant_params(max_seqs, n_ctx);
     p.kv_type = kv;
-    p.n_ctx = n_ctx;
-    p.n_threads = 2;
-    p.max_seqs = max_seqs;
     p.prefix_cache = prefix_cache;
-    p.batch_invariant = true;
     return p;
 }
 

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "quant/quants.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda_backend.h"
@@ -27,6 +26,7 @@
 #include "gguf/gguf_writer.h"
 #include "models/model.h"
 #include "models/synth.h"
+#include "quant/quants.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -301,6 +301,50 @@ TEST(CudaBatch, ManySequencesMatchCpuEngine) {
             }
         }
     }
+}
+
+// Decode steps of a paged engine that alternate between two buckets (one sequence, then two) keep the
+// captured CUDA graphs of both: after the first rounds no step records a graph again, every later
+// step replays, and the logits equal those of an engine that runs every step eagerly.
+TEST(CudaBatch, CapturesSurviveBucketSwitches) {
+    MINFER_REQUIRE_GPU();
+    const auto m = synth("qwen2", GgmlType::Q4_K);
+    const auto n_vocab = size_t(m->hp.n_vocab);
+    EngineParams p;
+    p.n_ctx = 1024, p.n_threads = 2, p.max_seqs = 4, p.device = BackendKind::Cuda;
+    // Both engines run the same steps; `rounds` alternating steps each, logits appended.
+    const auto run = [&](Engine& e, int rounds, std::vector<float>& logits) {
+        const std::vector<int32_t> ids = prompt(9, m->hp.n_vocab);
+        const SeqId a = e.open(), b = e.open();
+        const Engine::Chunk prefill[] = {{a, ids, 1}, {b, ids, 1}};
+        e.forward(prefill);
+        int32_t tok[2] = {3, 4};
+        for (int r = 0; r < rounds; ++r) {
+            const Engine::Chunk both[] = {{a, std::span(&tok[0], 1), 1}, {b, std::span(&tok[1], 1), 1}};
+            const Engine::Chunk one[] = {{a, std::span(&tok[0], 1), 1}};
+            const std::span<const float> l = r % 2 ? e.forward(one) : e.forward(both);
+            logits.insert(logits.end(), l.begin(), l.end());
+            tok[0] = argmax(l.first(n_vocab));
+            tok[1] = (tok[1] * 7 + 1) % int32_t(n_vocab);
+        }
+    };
+    Engine replayed(*m, p);
+    ASSERT_TRUE(replayed.cparams().paged());
+    const auto* gpu = dynamic_cast<const CudaBackend*>(replayed.gpu());
+    ASSERT_NE(gpu, nullptr);
+    std::vector<float> lr, le;
+    run(replayed, 8, lr);
+    const uint64_t captures = gpu->graph_captures(), launches = gpu->graph_launches();
+    EXPECT_GT(captures, 0u);
+    run(replayed, 8, lr);
+    EXPECT_EQ(gpu->graph_captures(), captures) << "a bucket switch dropped the captured graphs";
+    EXPECT_GE(gpu->graph_launches() - launches, 8u);
+    EnvGuard off("MINFER_NO_CUDA_GRAPH", "1");
+    Engine eager(*m, p);
+    run(eager, 8, le);
+    run(eager, 8, le);
+    ASSERT_EQ(lr.size(), le.size());
+    EXPECT_EQ(std::memcmp(lr.data(), le.data(), lr.size() * sizeof(float)), 0);
 }
 
 // Every position's logits of one sequence fed its whole stream in one forward on `e`, then closed:

@@ -92,6 +92,17 @@ std::vector<std::string> op_names(const ComputeGraph& g, NodeId begin, NodeId en
 
 // ---- IR ----------------------------------------------------------------------------------------
 
+// The KV block's log2, shared by both backends' addressing: at least the backend's minimum, the one
+// block of the unpaged layout rounded up, and a paged block that is no power of two refused.
+TEST(Graph, paging_shift) {
+    EXPECT_EQ((meta::Paging{32, 64}.shift()), 5);
+    EXPECT_EQ((meta::Paging{32, 64}.shift(4)), 5);
+    EXPECT_EQ((meta::Paging{8, 1}.shift(4)), 4);
+    EXPECT_EQ((meta::Paging{1000, 1}.shift()), 10);
+    EXPECT_THROW((meta::Paging{24, 4}.shift()), Error);
+    EXPECT_THROW((meta::Paging{8, 4}.shift(4)), Error);
+}
+
 TEST(Graph, topo_order_validates_chain) {
     const ComputeGraph chain = hand_graph({{}, {0}, {1}, {2}});
     EXPECT_EQ(chain.topo_order(), build_order(chain));

@@ -1,8 +1,10 @@
 // Sampler: greedy, filters, penalties and seed determinism, checked against distributions computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -92,9 +94,9 @@ TEST(Sampler, RepeatPenaltyChangesGreedyChoice) {
     p.repeat_penalty = 2.0f;
     Sampler s(p);
     s.accept(0);
-    std::vector<float> l = {3.0f, 2.0f};  // 3 / 2 = 1.5 < 2
+    const std::vector<float> l = {3.0f, 2.0f};  // 3 / 2 = 1.5 < 2
     EXPECT_EQ(s.sample(l), 1);
-    EXPECT_FLOAT_EQ(l[0], 1.5f);
+    EXPECT_EQ(l[0], 3.0f) << "penalties apply to the sampler's copy, not the caller's logits";
 }
 
 TEST(Sampler, PresenceAndFrequencyPenalties) {
@@ -104,10 +106,25 @@ TEST(Sampler, PresenceAndFrequencyPenalties) {
     Sampler s(p);
     s.accept(1);
     s.accept(1);
-    std::vector<float> l = {0.0f, 1.0f};
-    s.sample(l);
-    EXPECT_FLOAT_EQ(l[1], 1.0f - 0.5f - 2 * 0.25f);
-    EXPECT_FLOAT_EQ(l[0], 0.0f);
+    // Token 1 loses 0.5 + 2 * 0.25 = 1: just below token 0 from 0.99, just above it from 1.01.
+    EXPECT_EQ(s.sample(std::vector<float>{0.0f, 0.99f}), 0);
+    EXPECT_EQ(s.sample(std::vector<float>{0.0f, 1.01f}), 1);
+}
+
+// argmax is the first maximum, as std::max_element finds it, at every length around its blocks of
+// 1024 and its 16 lanes, with ties inside a block, across blocks and among infinities.
+TEST(Sampler, ArgmaxIsTheFirstMaximum) {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> level(-4, 4);  // few values: many ties
+    for (size_t n : {1u, 2u, 15u, 16u, 17u, 1023u, 1024u, 1025u, 3000u, 151936u}) {
+        for (int rep = 0; rep < 20; ++rep) {
+            std::vector<float> v(n);
+            for (float& x : v) x = rep % 5 == 4 ? -INFINITY : float(level(rng));
+            if (rep % 3 == 1) v[rng() % n] = 9.0f, v[rng() % n] = 9.0f;
+            const auto want = int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+            EXPECT_EQ(argmax(v), want) << "n " << n << " rep " << rep;
+        }
+    }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "invariant_params.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -28,15 +29,6 @@ struct Fixture {
         Model::load(std::string(MINFER_SOURCE_DIR) + "/models/qwen2-mini-Q8_0.gguf");
     std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*model->file);
 };
-
-EngineParams params(int max_seqs, int64_t n_ctx) {
-    EngineParams p;
-    p.n_ctx = n_ctx;
-    p.n_threads = 2;
-    p.max_seqs = max_seqs;
-    p.batch_invariant = true;
-    return p;
-}
 
 std::vector<std::vector<int32_t>> prompts(const Tokenizer& tok, int n) {
     std::vector<std::vector<int32_t>> out;
@@ -85,7 +77,7 @@ TEST(Scheduler, GreedyAndSeededSamplingUnderLoadEqualAlone) {
     Fixture f;
     const auto ps = prompts(*f.tok, 12);
     for (const float temp : {0.0f, 0.8f}) {
-        Engine e(*f.model, params(8, 2048));
+        Engine e(*f.model, invariant_params(8, 2048));
         const auto res = run_all(e, *f.tok, ps, temp);
         for (size_t i = 0; i < ps.size(); ++i) {
             EXPECT_EQ(res[i].ids, alone(*f.model, *f.tok, ps[i], temp, 100 + i))
@@ -100,11 +92,11 @@ TEST(Scheduler, GreedyAndSeededSamplingUnderLoadEqualAlone) {
 TEST(Scheduler, PreemptionRecomputesWithoutChangingATokenAndChunkedPrefillToo) {
     Fixture f;
     const auto ps = prompts(*f.tok, 8);
-    Engine roomy(*f.model, params(8, 2048));
+    Engine roomy(*f.model, invariant_params(8, 2048));
     const auto want = run_all(roomy, *f.tok, ps, 0.8f);
     // 8 sequences of up to 30 tokens in 96 slots (3 blocks of 32): the pool runs out, so the youngest are
     // preempted; a budget of 5 tokens per forward chunks every prompt.
-    EngineParams tight = params(8, 96);
+    EngineParams tight = invariant_params(8, 96);
     Engine small(*f.model, tight);
     Scheduler s(small, *f.tok, 5);
     std::vector<GenerationResult> got(ps.size());
@@ -120,9 +112,9 @@ TEST(Scheduler, PreemptionRecomputesWithoutChangingATokenAndChunkedPrefillToo) {
 TEST(Scheduler, SubmitAndCancelFromAnotherThreadUnderPressure) {
     Fixture f;
     const auto ps = prompts(*f.tok, 16);
-    Engine roomy(*f.model, params(8, 4096));
+    Engine roomy(*f.model, invariant_params(8, 4096));
     const auto want = run_all(roomy, *f.tok, ps, 0.8f);
-    Engine small(*f.model, params(6, 128));
+    Engine small(*f.model, invariant_params(6, 128));
     Scheduler s(small, *f.tok, 24);
     std::mutex mu;
     std::map<size_t, std::vector<GenerationResult>> got;
@@ -162,7 +154,7 @@ TEST(Scheduler, SubmitAndCancelFromAnotherThreadUnderPressure) {
 
 TEST(Scheduler, CancelFreesTheBlocks) {
     Fixture f;
-    Engine e(*f.model, params(4, 1024));
+    Engine e(*f.model, invariant_params(4, 1024));
     Scheduler s(e, *f.tok);
     GenerationResult r;
     std::string streamed;
@@ -182,7 +174,7 @@ TEST(Scheduler, CancelFreesTheBlocks) {
 
 TEST(Scheduler, StopStringsAndEndOfGenerationFinishWithStop) {
     Fixture f;
-    Engine e(*f.model, params(2, 1024));
+    Engine e(*f.model, invariant_params(2, 1024));
     Scheduler s(e, *f.tok);
     const auto p = prompts(*f.tok, 1)[0];
     const auto free_text = alone(*f.model, *f.tok, p, 0.0f, 1);
@@ -199,7 +191,7 @@ TEST(Scheduler, StopStringsAndEndOfGenerationFinishWithStop) {
 
 TEST(Scheduler, BadRequestsAreRefused) {
     Fixture f;
-    Engine e(*f.model, params(2, 64));
+    Engine e(*f.model, invariant_params(2, 64));
     Scheduler s(e, *f.tok);
     EXPECT_THROW(s.submit({{}, gen(0, 1, 4), {}, {}}), Error) << "empty prompt";
     EXPECT_THROW(s.submit({std::vector<int32_t>(64, 1), gen(0, 1, 4), {}, {}}), Error)
@@ -213,7 +205,7 @@ TEST(Scheduler, BadRequestsAreRefused) {
 // ---- the engine's cache operations ----------------------------------------------------------------
 
 std::vector<float> logits_alone(const Model& m, const std::vector<int32_t>& ids) {
-    Engine e(m, params(1, 512));
+    Engine e(m, invariant_params(1, 512));
     const SeqId s = e.open();
     const Engine::Chunk c{s, ids, int64_t(ids.size())};
     const auto l = e.forward({&c, 1});
@@ -227,7 +219,7 @@ TEST(EngineCache, PrefixHitSkipsThePrefillAndGivesIdenticalLogits) {
     for (int32_t& x : a) x = int32_t(rng() % 4000);
     b.assign(a.begin(), a.begin() + 70);
     for (int i = 0; i < 9; ++i) b.push_back(int32_t(rng() % 4000));
-    Engine e(*f.model, params(2, 512));
+    Engine e(*f.model, invariant_params(2, 512));
     const SeqId sa = e.open();
     const Engine::Chunk ca{sa, a, 1};
     e.forward({&ca, 1});
@@ -248,7 +240,7 @@ TEST(EngineCache, ForkSharesBlocksAndDivergesCopyOnWrite) {
     Fixture f;
     std::vector<int32_t> p(40);
     for (size_t i = 0; i < p.size(); ++i) p[i] = int32_t(17 * i + 5);
-    Engine e(*f.model, params(2, 512));
+    Engine e(*f.model, invariant_params(2, 512));
     const SeqId a = e.open();
     const Engine::Chunk c{a, p, 1};
     e.forward({&c, 1});
@@ -274,9 +266,9 @@ TEST(EngineCache, ForkSharesBlocksAndDivergesCopyOnWrite) {
 TEST(EngineParamsTest, DecodeModeIsReadWhenTheParamsAreMade) {
     Fixture f;
     setenv("MINFER_INT8_DECODE", "1", 1);
-    EngineParams int8 = params(1, 128);
+    EngineParams int8 = invariant_params(1, 128);
     unsetenv("MINFER_INT8_DECODE");
-    const EngineParams x2 = params(1, 128);
+    const EngineParams x2 = invariant_params(1, 128);
     EXPECT_EQ(int8.decode, cpu::DecodeDot::Int8);
     EXPECT_EQ(x2.decode, cpu::DecodeDot::Int8x2);
     const std::vector<int32_t> ids{785, 1140, 943};
@@ -292,7 +284,7 @@ TEST(EngineParamsTest, DecodeModeIsReadWhenTheParamsAreMade) {
 
 TEST(EngineCache, ClearErrorsNeverCorruption) {
     Fixture f;
-    Engine e(*f.model, params(2, 64));
+    Engine e(*f.model, invariant_params(2, 64));
     const SeqId s = e.open();
     const std::vector<int32_t> none, too_long(65, 1);
     const Engine::Chunk empty{s, none, 0}, over{s, too_long, 1};

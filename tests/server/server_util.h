@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "invariant_params.h"
 #include "models/model.h"
 #include "server/server.h"
 
@@ -30,12 +31,7 @@ inline constexpr const char* kKey = "test-key-0123456789";
 
 // Batch-invariant, so a request's greedy tokens are those of the same prompt run alone.
 inline EngineParams test_engine_params(int max_seqs, int64_t n_ctx = 4096) {
-    EngineParams p;
-    p.n_ctx = n_ctx;
-    p.n_threads = 2;
-    p.max_seqs = max_seqs;
-    p.batch_invariant = true;
-    return p;
+    return invariant_params(max_seqs, n_ctx);
 }
 
 struct TestServer {
