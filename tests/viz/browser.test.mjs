@@ -138,6 +138,7 @@ async function checkExport(browser, liveCounts) {
   await until(page, () => document.body.dataset.graph === "decode");
   assert.equal(await svgNodes(page), liveCounts.decode, "and the decode graph's");
   assert.deepEqual(remote, [], "the export asks for nothing beyond its file");
+  assert.equal(await page.$eval("#gen-form", (el) => getComputedStyle(el).display), "none", "no prompt box");
   await page.screenshot({ path: path.join(artifacts, "viz-export.png") });
   await page.close();
   return ms;

@@ -366,8 +366,7 @@
       connect();
     } else {
       showInfo(embedded.info);
-      $("gen-form").hidden = true;
-      $("stop").hidden = true;
+      for (const id of ["gen-form", "tokens", "step-info", "node-stats", "hist"]) $(id).hidden = true;
       setStatus("exported page: the graphs only, no live data");
       await showGraph();
     }
