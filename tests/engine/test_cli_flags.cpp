@@ -75,7 +75,7 @@ TEST(CliFlags, ArgumentErrorsHaveTheErrorPrefix) {
 }
 
 TEST(CliFlags, UnknownCommandsAreNamedWithTheList) {
-    for (const char* cmd : {"viz", "generate"})
+    for (const char* cmd : {"visualize", "generate"})
         expect_error({cmd}, {"unknown command '" + std::string(cmd) + "'", "run, chat", "info"});
 }
 

@@ -186,8 +186,17 @@ TEST_F(VizRoutes, TwoViewersSeeTheSameGeneration) {
     EXPECT_EQ(of(ea, "step").size(), of(eb, "step").size());
 }
 
+// Stopped after its first token: the greedy continuation of this prompt runs all 400 tokens (no end of
+// generation; `minfer run -p "1, 2, 3, 4, 5," -n 400 --temp 0`), so only the stop can end it sooner.
 TEST_F(VizRoutes, StopCancelsTheRunningGeneration) {
-    const uint64_t id = start({{"prompt", "Count to a hundred:"}, {"n_predict", 400}, {"temperature", 0.8}});
+    const uint64_t id = start({{"prompt", "1, 2, 3, 4, 5,"}, {"n_predict", 400}});
+    httplib::Client c("127.0.0.1", server_->port);
+    c.set_read_timeout(60, 0);
+    std::string text;
+    c.Get("/api/events", [&](const char* data, size_t n) {
+        text.append(data, n);
+        return text.find("event: token") == std::string::npos;
+    });
     EXPECT_EQ(post("/api/stop", "")->status, 200);
     const auto done = of(read_events_until_done(server_->port, id), "done");
     ASSERT_FALSE(done.empty());
