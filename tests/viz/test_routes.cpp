@@ -121,6 +121,9 @@ TEST_F(VizRoutes, GenerationStreamsStepsAndTokens) {
     const std::vector<SseEvent> events = read_events_until_done(server_->port, wait_for);
     ASSERT_FALSE(events.empty());
     EXPECT_EQ(events.front().event, "hello");
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events[1].event, "start");
+    EXPECT_EQ(events[1].data["id"], wait_for);
     const auto done = of(events, "done");
     ASSERT_FALSE(done.empty());
     const json& d = done.back().data;

@@ -97,7 +97,9 @@ inline std::vector<SseEvent> parse_sse(const std::string& text) {
     return out;
 }
 
-// Reads /api/events until a "done" event of generation `id` arrives (or the server closes).
+// Reads /api/events until a "done" event of generation `id` arrives (or the server closes); returns the
+// first event (hello) and then that generation's, from its start (a viewer connecting before it began
+// first replays the one before).
 inline std::vector<SseEvent> read_events_until_done(int port, uint64_t id) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(120, 0);
@@ -108,7 +110,13 @@ inline std::vector<SseEvent> read_events_until_done(int port, uint64_t id) {
             if (e.event == "done" && e.data.value("id", uint64_t(0)) == id) return false;
         return true;
     });
-    return parse_sse(text);
+    const std::vector<SseEvent> all = parse_sse(text);
+    std::vector<SseEvent> out(all.begin(), all.begin() + (all.empty() ? 0 : 1));
+    size_t from = all.size();
+    for (size_t i = 0; i < all.size(); ++i)
+        if (all[i].event == "start" && all[i].data.value("id", uint64_t(0)) == id) from = i;
+    out.insert(out.end(), all.begin() + std::ptrdiff_t(from), all.end());
+    return out;
 }
 
 // A viewer on a raw socket: sends one GET and reads some of the answer, then closes whenever told.
