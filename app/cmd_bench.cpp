@@ -51,7 +51,7 @@ struct Stat {
 double time_rep(Session& s, const std::vector<int32_t>& context, const std::vector<int32_t>& ids,
                 bool prefill) {
     s.reset();
-    if (!context.empty()) s.forward(context, 1);
+    if (!context.empty()) forward_in_passes(s, context, "depth", progress_wanted(), int64_t(context.size()));
     const auto t0 = std::chrono::steady_clock::now();
     if (prefill) {
         s.forward(ids, 1);

@@ -22,6 +22,7 @@
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace minfer {
 
@@ -36,6 +37,7 @@ void on_sigint(int) {
 struct ChatOptions {
     std::string model;
     std::optional<std::string> system;
+    std::string system_file;
     int64_t n_ctx = 0, n_predict = 512, n_ubatch = kDefaultUbatch;
     int threads = 0;
     BackendKind device = BackendKind::Cpu;
@@ -154,7 +156,11 @@ constexpr const char* kHelp =
     "commands: /reset clears the conversation; /exit, /quit or /bye (or end of input) quit; /help shows "
     "this. Ctrl-C stops an answer.\n";
 
-void chat(const ChatOptions& o) {
+void chat(ChatOptions o) {
+    if (!o.system_file.empty()) {
+        if (o.system) throw Error("give --system TEXT or -f FILE, not both");
+        o.system = read_prompt_file(o.system_file);
+    }
     const auto model = load_model(o.model, o.device);
     warn_beyond_training(*model, o.n_ctx);
     const auto tok = Tokenizer::from_gguf(*model->file);
@@ -198,6 +204,7 @@ void add_chat_command(CLI::App& app) {
         app.add_subcommand("chat", "Chat with the model: user lines on stdin (/help, /reset, /exit)");
     c->add_option("-m,--model", o->model, "GGUF model (default: the embedded model)");
     c->add_option("--system", o->system, "System message (also -sys)");
+    c->add_option("-f,--file", o->system_file, "System message from a file (as llama-cli -cnv -f)");
     c->add_option("-n,--n-predict", o->n_predict, "Most tokens per answer (-1: until the end)")
         ->type_name("INT")
         ->capture_default_str()

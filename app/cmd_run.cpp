@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 
 #include "chat_prompt.h"
 #include "common.h"
@@ -52,6 +53,23 @@ std::vector<int32_t> encode_prompt(const RunOptions& o, const std::string& text,
     if (o.system) messages.push_back(chat_message("system", *o.system));
     messages.push_back(chat_message("user", text));
     return ChatPrompt(f, tok).encode(messages, true);
+}
+
+// generate(), with the prompt's passes but the last run here first, so that a long prompt shows its
+// progress on a terminal. The sampler sees the prompt in the same order, so the tokens do not change.
+GenerateResult generate_prompt(Session& s, const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                               const GenerateParams& gp,
+                               const std::function<void(std::string_view)>& on_text) {
+    const auto n = int64_t(prompt.size()), pass = s.engine().max_tokens();
+    const int64_t head = n > pass && n <= s.n_ctx() ? (n - 1) / pass * pass : 0;
+    Sampler sampler(gp.sampling);
+    for (int64_t i = 0; i < head; ++i) sampler.accept(prompt[size_t(i)]);
+    const auto t0 = std::chrono::steady_clock::now();
+    forward_in_passes(s, std::span(prompt).first(size_t(head)), "prompt", progress_wanted(), n);
+    const double head_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GenerateResult r = generate(s, tok, std::span(prompt).subspan(size_t(head)), gp, sampler, on_text);
+    r.prefill_s += head_s;
+    return r;
 }
 
 SessionParams session_params(const RunOptions& o) {
@@ -104,19 +122,9 @@ void run_parallel(const RunOptions& o) {
     }
 }
 
-// -f FILE without --parallel: the whole file is the prompt (as llama.cpp's -f), for prompts too long
-// for a command line.
-std::string read_prompt_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot open the prompt file");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw Error(path + ": read failed");
-    return text;
-}
-
 void run(RunOptions o) {
     if (o.parallel > 0) return run_parallel(o);
-    if (!o.file.empty()) {
+    if (!o.file.empty()) {  // without --parallel the whole file is the prompt, as llama.cpp's -f
         if (!o.prompt.empty()) throw Error("give -p TEXT or -f FILE, not both");
         o.prompt = read_prompt_file(o.file);
         if (o.prompt.empty()) throw Error(o.file + ": the prompt file is empty");
@@ -137,8 +145,8 @@ void run(RunOptions o) {
 
     std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(o.gen.sampling.seed));
     auto stream = [&](std::string_view text) { std::cout << text << std::flush; };
-    const GenerateResult r =
-        generate(session, *tok, prompt, o.gen, o.json ? std::function<void(std::string_view)>() : stream);
+    const GenerateResult r = generate_prompt(session, *tok, prompt, o.gen,
+                                             o.json ? std::function<void(std::string_view)>() : stream);
     if (o.json) {
         std::cout << nlohmann::json{{"prompt_ids", prompt}, {"ids", r.ids}, {"text", r.text}}.dump(
                          -1, ' ', false, nlohmann::json::error_handler_t::replace)

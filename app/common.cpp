@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string_view>
@@ -170,6 +171,35 @@ void warn_beyond_training(const Model& m, int64_t n_ctx) {
 
 // The embedded default model: MINFER_DEFAULT_MODEL, else beside an installed binary
 // (<prefix>/bin/minfer -> <prefix>/share/minfer/), else in the source tree the binary was built from.
+std::span<const float> forward_in_passes(Session& s, std::span<const int32_t> ids, const char* what,
+                                         bool progress, int64_t total) {
+    const auto n = int64_t(ids.size()), pass = s.engine().max_tokens();
+    progress = progress && n > pass;
+    std::span<const float> logits;
+    for (int64_t done = 0; done < n;) {
+        const int64_t k = std::min(pass, n - done);
+        logits = s.forward(std::span<const int32_t>(ids.data() + done, size_t(k)), 1);
+        done += k;
+        if (progress)
+            std::fprintf(stderr, "\r%s: %lld/%lld tokens", what, static_cast<long long>(done),
+                         static_cast<long long>(total));
+    }
+    if (progress) std::fputc('\n', stderr);
+    return logits;
+}
+
+bool progress_wanted() {
+    return isatty(STDERR_FILENO);
+}
+
+std::string read_prompt_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open the prompt file");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw Error(path + ": read failed");
+    return text;
+}
+
 std::string default_model_path() {
     const char* env = std::getenv("MINFER_DEFAULT_MODEL");
     if (env && *env) return env;

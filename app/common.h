@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,16 @@ void warn_beyond_training(const Model& m, int64_t n_ctx);
 
 // The embedded default model (models/ next to the binary's source tree or install prefix).
 std::string default_model_path();
+
+// Runs `ids` through s.forward one micro-batch pass at a time (the passes s.forward(ids) runs) and
+// returns the last pass's logits (n_out 1). With `progress` and more than one pass, "\r<what>: N/total
+// tokens" follows each pass on stderr (N counts from `done`, tokens fed before), then a newline.
+std::span<const float> forward_in_passes(Session& s, std::span<const int32_t> ids, const char* what,
+                                         bool progress, int64_t total);
+bool progress_wanted();  // stderr is a terminal
+
+// The whole text of a -f FILE (a prompt, or chat's system message), for texts too long for a command line.
+std::string read_prompt_file(const std::string& path);
 
 // --dump-graph / --dump-graph-json: writes the graph for `p`, prints the node count. True when written.
 struct GraphDumpOptions {

@@ -130,6 +130,27 @@ TEST_F(Chat, ExitCommandAndSystemMessage) {
     EXPECT_NE(a[1], b[1]) << "the system message must change the prompt";
 }
 
+// -f FILE gives the system message from a file (llama-cli -cnv -f), as -sys gives it on the command line.
+TEST_F(Chat, SystemMessageFromAFile) {
+    TempDir dir;
+    const std::string sys = "Answer every question the way an old pirate captain would.";
+    const std::string path = write_file(dir, "system.txt", sys);
+    const CliResult from_file = chat("hello\n", {"-f", path}), given = chat("hello\n", {"-sys", sys}),
+                    plain = chat("hello\n");
+    ASSERT_EQ(from_file.exit_code, 0) << from_file;
+    const std::regex prompt_size(R"(\[prompt (\d+) tokens)");
+    std::smatch a, b, c;
+    ASSERT_TRUE(std::regex_search(from_file.err, a, prompt_size)) << from_file;
+    ASSERT_TRUE(std::regex_search(given.err, b, prompt_size)) << given;
+    ASSERT_TRUE(std::regex_search(plain.err, c, prompt_size)) << plain;
+    EXPECT_EQ(a[1], b[1]);
+    EXPECT_NE(a[1], c[1]) << "the file's system message must change the prompt";
+    EXPECT_EQ(from_file.out, given.out);
+    const CliResult both = chat("hello\n", {"-f", path, "-sys", sys});
+    EXPECT_NE(both.exit_code, 0) << both;
+    EXPECT_NE(both.err.find("error: give --system TEXT or -f FILE, not both"), std::string::npos) << both;
+}
+
 // /quit and /bye quit like /exit; /help and an unknown /command are answered by chat, not sent to the
 // model; /reset says so; the banner names the model and /help.
 TEST_F(Chat, CommandsNeverReachTheModel) {

@@ -396,9 +396,9 @@ TEST_F(CliGraphDump, RunDumpsAreConsistent) {
 
     // The DOT file declares every node and edge of the JSON dump.
     const std::regex node_line("\\n  n\\d+ \\[label="), edge_line("\\n  n\\d+ -> n\\d+;");
-    const auto count = [&](const std::regex& re) {
+    const auto count = [&text = dot](const std::regex& re) {  // clang 14 cannot capture a binding
         return size_t(
-            std::distance(std::sregex_iterator(dot.begin(), dot.end(), re), std::sregex_iterator()));
+            std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
     };
     EXPECT_EQ(count(node_line), g["nodes"].size());
     EXPECT_EQ(count(edge_line), g["edges"].size());
