@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Runs one libFuzzer target for a bounded time: scripts/fuzz.sh gguf|tokenizer|jinja SECONDS [ARGS...]
+# Runs one libFuzzer target for a bounded time: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [ARGS...]
 # Builds build-fuzz/ with clang (ASan + UBSan + libFuzzer) on first use. New coverage goes to
 # build-fuzz/corpus/TARGET (seeded from tests/fuzz/corpus/TARGET); a crash, leak or timeout is written
 # to build-fuzz/findings/TARGET: minimise it (-minimize_crash=1), fix the bug, and check the input in
 # under tests/fuzz/regressions/TARGET, which ctest replays (fuzz_replay_TARGET) in every build.
 set -euo pipefail
-target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|jinja SECONDS [libFuzzer args...]}
-seconds=${2:?usage: scripts/fuzz.sh gguf|tokenizer|jinja SECONDS [libFuzzer args...]}
+target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [libFuzzer args...]}
+seconds=${2:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [libFuzzer args...]}
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MINFER_FUZZ_BUILD:-$root/build-fuzz}
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DMINFER_FUZZ=ON -DMINFER_SANITIZE=ON -DMINFER_TESTS=OFF -DMINFER_CUDA=OFF > /dev/null
+    -DMINFER_FUZZ=ON -DMINFER_SANITIZE=address,undefined -DMINFER_TESTS=OFF -DMINFER_CUDA=OFF > /dev/null
 fi
 cmake --build "$build" --target "fuzz_$target" -j "${MINFER_FUZZ_JOBS:-2}"
 mkdir -p "$build/corpus/$target" "$build/findings/$target"
