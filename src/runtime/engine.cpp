@@ -185,6 +185,12 @@ ComputeGraph& Engine::activate(const GraphParams& p) {
     return *g;
 }
 
+void Engine::prepare(int64_t n_tokens, int64_t n_out) {
+    activate(params_for(n_tokens, n_out));
+    if (!gpu_)
+        for (int il = 0; il < model_.hp.n_layer; ++il) kv_.layer(il);
+}
+
 const Engine::Sequence& Engine::seq(SeqId s) const {
     if (s < 0 || size_t(s) >= seqs_.size() || !seqs_[size_t(s)].open)
         throw Error("sequence " + std::to_string(s) + " is not open");

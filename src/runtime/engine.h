@@ -95,11 +95,16 @@ class Engine {
     GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
     // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
     ComputeGraph planned_graph(const GraphParams& p);
+    // Builds and binds the graph of a forward of n_tokens (n_out logits) and allocates the KV cache's host
+    // memory, so that the first forward times its computation alone (run's prompt rate).
+    void prepare(int64_t n_tokens, int64_t n_out);
     const ComputeGraph& graph() const { return *active_; }  // the last graph run
     uint64_t graph_builds() const { return cache_.builds(); }
     int64_t steps() const { return step_; }
     const KvCache& kv() const { return kv_; }
     const Backend* gpu() const { return gpu_.get(); }
+    // The CPU backend's threads, idle between forwards: the scheduler samples its rows on them.
+    ThreadPool& host_threads() { return cpu_.threads(); }
     // Observes every later step beside the observers of MINFER_TRACE / MINFER_GRAPH_DUMP (minfer viz
     // streams its steps through one). Observed steps run node by node: no CUDA-graph replay.
     void add_observer(std::unique_ptr<StepObserver> o);

@@ -3,6 +3,7 @@
 // the micro-batch run as consecutive passes. MINFER_TRACE / MINFER_GRAPH_DUMP (runtime/observe.h), read
 // once at construction, observe every forward step.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -34,6 +35,8 @@ class Session {
     // prompt's attention scores then take n_ubatch rows at a time, whatever its length.
     std::span<const float> forward(std::span<const int32_t> tokens, int64_t n_out = 1);
     void reset();  // an empty sequence (its full blocks stay in the prefix cache)
+    // The set-up of the first pass of a forward of n_tokens (Engine::prepare), done beforehand.
+    void prepare(int64_t n_tokens) { engine_.prepare(std::min(n_tokens, engine_.max_tokens()), 1); }
 
     int64_t n_past() const { return engine_.n_past(seq_); }
     int64_t steps() const { return engine_.steps(); }  // forward passes so far; reset() keeps counting
