@@ -8,6 +8,23 @@
 
 #include "util/error.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MINFER_VIZ_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define MINFER_VIZ_ASAN 1
+#endif
+
+#ifdef MINFER_VIZ_ASAN
+// Graphviz and the fontconfig it measures text with keep allocations they never free (per-process
+// caches, and a little of every layout): LeakSanitizer reports them as the libraries', not as ours.
+extern "C" const char* __lsan_default_suppressions() {
+    return "leak:libgvc.so\nleak:libfontconfig.so\n";
+}
+#endif
+
 namespace minfer::viz {
 
 namespace {
