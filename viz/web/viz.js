@@ -358,16 +358,24 @@
     $("stop").addEventListener("click", () => fetch("/api/stop", { method: "POST" }));
   }
 
+  // Below 1,000 nodes every layer is drawn expanded; a larger graph starts with its layers collapsed.
+  async function defaultCollapse() {
+    state.collapseAll = (await graphDoc(state.graph)).n_nodes >= 1000;
+    $("collapse-all").checked = state.collapseAll;
+  }
+
   async function main() {
     wireToolbar();
     if (live) {
       showInfo(await getJSON("/api/info"));
+      await defaultCollapse();
       await showGraph();
       connect();
     } else {
       showInfo(embedded.info);
       for (const id of ["gen-form", "tokens", "step-info", "node-stats", "hist"]) $(id).hidden = true;
       setStatus("exported page: the graphs only, no live data");
+      await defaultCollapse();
       await showGraph();
     }
     document.body.dataset.ready = "1";
