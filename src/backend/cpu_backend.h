@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
-#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
+#include "quant/quants.h"
 
 namespace minfer {
 
@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
     void prepare(const ComputeGraph& g) override;
     void compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) override;
     int n_threads() const { return pool_.size(); }
+    ThreadPool& threads() { return pool_; }  // also the engine's host work between steps (sampling)
 
     struct Weight {
         const void* data = nullptr;

@@ -161,23 +161,34 @@ bool Scheduler::step() {
     while (!build_batch(batch, owners)) preempt_youngest();
     if (batch.empty()) return true;  // everything was preempted: the next step readmits
     const std::span<const float> logits = engine_.forward(batch);
-    const auto n_vocab = size_t(engine_.model().hp.n_vocab);
-    size_t row = 0;
+    std::vector<Active*> rows;  // the sequences whose logits row comes next, in row order
     for (size_t i = 0; i < batch.size(); ++i) {
-        Active& a = *owners[i];
-        a.fed += int64_t(batch[i].tokens.size());
-        if (batch[i].n_logits == 0) continue;
-        sample(a, logits.subspan(row * n_vocab, n_vocab));
-        ++row;
+        owners[i]->fed += int64_t(batch[i].tokens.size());
+        if (batch[i].n_logits > 0) rows.push_back(owners[i]);
     }
+    // Rows are drawn on the engine's host threads (B rows of a 152k vocabulary are B passes over
+    // 600 KB each): every sampler is its own sequence's, so no token depends on which thread drew it.
+    const auto n_vocab = size_t(engine_.model().hp.n_vocab);
+    std::vector<Draw> draws(rows.size());
+    engine_.host_threads().for_each_dynamic(int64_t(rows.size()), [&](int64_t r, int) {
+        draws[size_t(r)] = draw(*rows[size_t(r)], logits.subspan(size_t(r) * n_vocab, n_vocab));
+    });
+    for (size_t r = 0; r < rows.size(); ++r) take(*rows[r], std::move(draws[r]));
     return true;
 }
 
-void Scheduler::sample(Active& a, std::span<const float> logits) {
-    const int32_t id = a.sampler.sample(logits);
+Scheduler::Draw Scheduler::draw(Active& a, std::span<const float> logits) const {
+    Draw d{a.sampler.sample(logits), std::nullopt};
+    const bool stops = tok_.is_eog(d.id) && !a.req.gen.ignore_eos;
+    if (!stops && a.req.n_logprobs >= 0 && a.req.on_logprob)
+        d.logprob = token_logprob(logits, d.id, a.req.n_logprobs);
+    return d;
+}
+
+void Scheduler::take(Active& a, Draw d) {
+    const int32_t id = d.id;
     if (tok_.is_eog(id) && !a.req.gen.ignore_eos) return finish(a, FinishReason::Stop);
-    if (a.req.n_logprobs >= 0 && a.req.on_logprob)
-        a.req.on_logprob(token_logprob(logits, id, a.req.n_logprobs));
+    if (d.logprob) a.req.on_logprob(*d.logprob);
     a.sampler.accept(id);
     a.result.ids.push_back(id);
     if (a.text.feed(id)) return finish(a, FinishReason::Stop);

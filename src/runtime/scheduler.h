@@ -14,6 +14,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,7 +76,14 @@ class Scheduler {
     void admit();
     bool build_batch(std::vector<Engine::Chunk>& batch, std::vector<Active*>& owners);
     void preempt_youngest();
-    void sample(Active& a, std::span<const float> logits);
+    // A sequence's next token from its logits row, and its log-probabilities when the request asks:
+    // drawn for many rows at once (one sampler per sequence), then taken in row order.
+    struct Draw {
+        int32_t id;
+        std::optional<TokenLogprob> logprob;
+    };
+    Draw draw(Active& a, std::span<const float> logits) const;
+    void take(Active& a, Draw d);
     void finish(Active& a, FinishReason why);
 
     Engine& engine_;
