@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "quant/quants.h"
 #include "backend/cuda/quant_cuda.h"
+#include "quant/quants.h"
 
 namespace {
 

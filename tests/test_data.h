@@ -14,13 +14,17 @@ inline std::string data_dir() {
     if (const char* d = std::getenv("MINFER_TEST_DATA"); d && *d) return d;
     return std::string(MINFER_SOURCE_DIR) + "/../shared";
 }
-inline std::string model_path(const std::string& file) { return data_dir() + "/models/" + file; }
-inline std::string ref_path(const std::string& file) { return data_dir() + "/refs/" + file; }
+inline std::string model_path(const std::string& file) {
+    return data_dir() + "/models/" + file;
+}
+inline std::string ref_path(const std::string& file) {
+    return data_dir() + "/refs/" + file;
+}
 
 }  // namespace minfer::test
 
-#define MINFER_REQUIRE_FILE(path)                                                                  \
-    do {                                                                                           \
-        if (!std::filesystem::exists(path))                                                        \
-            GTEST_SKIP() << "test data not found: " << (path) << " (set MINFER_TEST_DATA)";        \
+#define MINFER_REQUIRE_FILE(path)                                                           \
+    do {                                                                                    \
+        if (!std::filesystem::exists(path))                                                 \
+            GTEST_SKIP() << "test data not found: " << (path) << " (set MINFER_TEST_DATA)"; \
     } while (0)

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <optional>
 
-#include "quant/quants.h"
 #include "gguf/gguf.h"
 #include "models/registry.h"
+#include "quant/quants.h"
 #include "util/error.h"
 
 namespace minfer {

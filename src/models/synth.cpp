@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "quant/quants.h"
 #include "gguf/gguf_writer.h"
+#include "quant/quants.h"
 #include "util/error.h"
 
 namespace minfer {

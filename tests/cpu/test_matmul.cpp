@@ -14,8 +14,8 @@
 #include "backend/cpu/gemm_i16.h"
 #include "backend/cpu/kernels_avx2.h"
 #include "backend/cpu/matmul.h"
-#include "quant/quants_impl.h"
 #include "cpu_test_util.h"
+#include "quant/quants_impl.h"
 #include "util/error.h"
 
 namespace minfer::cpu {

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
+#include "quant/quants.h"
 
 namespace minfer::cpu::i16 {
 

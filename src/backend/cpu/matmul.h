@@ -9,8 +9,8 @@
 #pragma once
 #include <cstdint>
 
-#include "quant/quants.h"
 #include "backend/cpu/threadpool.h"
+#include "quant/quants.h"
 
 namespace minfer::cpu {
 
