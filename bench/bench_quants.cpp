@@ -63,6 +63,37 @@ void BM_Dot(benchmark::State& state, GgmlType type, bool reference, Act act) {
         benchmark::Counter(double(state.iterations()) * double(rows * kCols), benchmark::Counter::kIsRate);
 }
 
+// The multi-column int8x2 dot of batched decode: each weight row against range(1) activation rows
+// (vec_dot_x2_cols), 256 KiB of weights (L2 resident: the kernel's compute speed), single thread;
+// weights/s counts weight elements times columns.
+void BM_DotCols(benchmark::State& state, GgmlType type) {
+    const QuantTraits& q = *minfer::quant_traits(type);
+    const auto ncols = int(state.range(1));
+    const size_t row_bytes = minfer::quant_row_bytes(q, kCols), x_bytes = minfer::act_x2_row_bytes(kCols);
+    const int64_t rows = std::max<int64_t>(1, state.range(0) / int64_t(row_bytes));
+    std::mt19937 rng(4);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> src(static_cast<size_t>(kCols)), y(static_cast<size_t>(rows * ncols));
+    std::vector<uint8_t> w(row_bytes * size_t(rows)), xq(x_bytes * size_t(ncols));
+    for (int64_t r = 0; r < rows; ++r) {
+        for (float& v : src) v = dist(rng);
+        q.from_float_ref(src.data(), w.data() + size_t(r) * row_bytes, kCols);
+    }
+    for (int c = 0; c < ncols; ++c) {
+        for (float& v : src) v = dist(rng);
+        q.quantize_x2(src.data(), xq.data() + size_t(c) * x_bytes, kCols);
+    }
+    for (auto _ : state) {
+        for (int64_t r = 0; r < rows; ++r)
+            q.vec_dot_x2_cols(w.data() + size_t(r) * row_bytes, xq.data(), x_bytes, kCols, ncols,
+                              y.data() + size_t(r * ncols));
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    state.counters["weights/s"] = benchmark::Counter(
+        double(state.iterations()) * double(rows * kCols * ncols), benchmark::Counter::kIsRate);
+}
+
 // Throughput of the activation quantizer (one 4096-element row per iteration); bytes are the f32 input.
 void BM_QuantizeAct(benchmark::State& state, GgmlType type) {
     const QuantTraits& q = *minfer::quant_traits(type);
@@ -127,6 +158,11 @@ void register_all() {
         benchmark::RegisterBenchmark(("dot_x2/" + name).c_str(), BM_Dot, t, false, Act::Int8x2)
             ->Arg(256 << 10)
             ->Arg(256 << 20);
+        if (q.vec_dot_x2_cols)
+            benchmark::RegisterBenchmark(("dot_x2_cols/" + name).c_str(), BM_DotCols, t)
+                ->ArgNames({"bytes", "cols"})
+                ->Args({256 << 10, 1})
+                ->Args({256 << 10, 4});
     }
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0})
         for (bool invariant : {false, true}) {
