@@ -65,8 +65,15 @@ TEST_F(VizRoutes, PageInfoGraphsAndSvgs) {
         const auto svg = get(std::string("/api/svg?graph=") + kind);
         ASSERT_TRUE(svg);
         EXPECT_EQ(svg->status, 200);
-        EXPECT_EQ(svg->get_header_value("Content-Type"), "image/svg+xml");
+        EXPECT_EQ(svg->get_header_value("Content-Type"), "image/svg+xml; charset=utf-8");
         EXPECT_EQ(count_of(svg->body, "class=\"node"), doc["n_nodes"].get<size_t>()) << kind;
+    }
+    // Sent as is to a browser that accepts Brotli (httplib's would take seconds for a large graph).
+    for (const char* path : {"/api/svg?graph=decode", "/api/graph?graph=decode"}) {
+        RawViewer v(server_->port);
+        ASSERT_TRUE(v.get(path, "Accept-Encoding: gzip, deflate, br\r\nConnection: close\r\n"));
+        const std::string raw = v.read_until("\r\n\r\n");
+        EXPECT_EQ(raw.find("Content-Encoding"), std::string::npos) << path << "\n" << raw.substr(0, 300);
     }
     const json decode = body_of(get("/api/graph?graph=decode"));
     const auto collapsed = get("/api/svg?graph=decode&collapse=0");

@@ -130,8 +130,8 @@ class RawViewer {
         connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     }
     ~RawViewer() { close(); }
-    bool get(const std::string& path) {
-        const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    bool get(const std::string& path, const std::string& headers = "") {
+        const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
         return connected_ && ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size());
     }
     // Reads until `needle` has arrived (or the peer closes); returns everything read.
