@@ -16,8 +16,8 @@ inline constexpr size_t kMaxStringBytes = size_t{16} << 20;  // any string value
 inline constexpr size_t kMaxOutputBytes = size_t{64} << 20;  // all text rendered (output, macros, set blocks)
 inline constexpr size_t kMaxListItems = size_t{1} << 20;     // elements of a list or entries of a dict
 inline constexpr int64_t kMaxLoopIterations = 100000;        // for-loop iterations of one rendering
-inline constexpr int64_t kMaxSteps = 10000000;               // expressions evaluated and blocks run
-inline constexpr uint64_t kMaxWork = uint64_t{1} << 30;      // work units: bytes built, compared or searched
+inline constexpr int64_t kMaxSteps = 2000000;                // expressions evaluated and blocks run
+inline constexpr uint64_t kMaxWork = uint64_t{1} << 28;      // work units: bytes built, compared or searched
 inline constexpr uint64_t kItemWork = 16;                    // work units of a list item or dict entry
 
 // The work of the rendering in progress on this thread: each string, list or dict built, compared or

@@ -24,8 +24,8 @@ WorkScope::~WorkScope() {
 void charge_work(uint64_t units, std::string_view construct) {
     if (!t_work || (t_work->used_ += units) <= kMaxWork) return;
     throw EvalError(std::string(construct) + " exceeds the rendering's work budget of " +
-                    std::to_string(kMaxWork >> 30) +
-                    " Gi units (bytes built, compared or searched; list items count 16), the template limit");
+                    std::to_string(kMaxWork >> 20) +
+                    " Mi units (bytes built, compared or searched; list items count 16), the template limit");
 }
 
 void check_string_size(size_t bytes, std::string_view construct) {
