@@ -12,9 +12,15 @@
 #if __has_feature(address_sanitizer)
 #define MINFER_VIZ_ASAN 1
 #endif
+#if __has_feature(thread_sanitizer)
+#define MINFER_VIZ_TSAN 1
+#endif
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #define MINFER_VIZ_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define MINFER_VIZ_TSAN 1
 #endif
 
 #ifdef MINFER_VIZ_ASAN
@@ -22,6 +28,14 @@
 // caches, and a little of every layout): LeakSanitizer reports them as the libraries', not as ours.
 extern "C" const char* __lsan_default_suppressions() {
     return "leak:libgvc.so\nleak:libfontconfig.so\n";
+}
+#endif
+
+#ifdef MINFER_VIZ_TSAN
+// Pango (Graphviz's text measurer) loads fontconfig on a thread of its own and hands it over through
+// GLib's futex-based locks, which ThreadSanitizer cannot see: races inside those libraries are theirs.
+extern "C" const char* __tsan_default_suppressions() {
+    return "race:libfontconfig.so\nrace:libglib-2.0.so\nrace:libpango\nrace:libgvc.so\n";
 }
 #endif
 
