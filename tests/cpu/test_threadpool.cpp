@@ -201,7 +201,9 @@ TEST(ThreadPool, ALateWorkerMakesTheCallerRunAloneForAWhile) {
     ThreadPool pool(2);
     const auto caller = std::this_thread::get_id();
     EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(0)), caller);
-    EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(10)), caller);  // the caller waits 10 ms
+    // The caller waits 100 ms for the worker: late even where the worker took long to start (the limit is
+    // twice the caller's own share, which waits for the worker to start).
+    EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(100)), caller);
     EXPECT_EQ(share_one_thread(pool, std::chrono::milliseconds(0)), caller) << "not running alone";
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(0)), caller) << "still running alone";
