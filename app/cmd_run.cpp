@@ -1,5 +1,6 @@
 // minfer run: generate text from a prompt (streamed), or with --json one object for scripts.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -87,6 +88,23 @@ std::vector<std::string> read_prompts(const std::string& path) {
     return out;
 }
 
+// Without -c or --kv-mem, a KV cache that holds the N sequences that run at once whole: N times the
+// longest prompt plus -n tokens (never below the one-sequence default). A smaller shared cache makes
+// them take blocks from each other, and the scheduler preempts and recomputes the youngest.
+void size_parallel_kv(const RunOptions& o, const std::vector<std::vector<int32_t>>& prompts,
+                      EngineParams& ep) {
+    if (o.n_ctx > 0 || o.kv_mem > 0 || o.gen.n_predict < 0) return;
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    const int64_t seqs = std::min<int64_t>(o.parallel, int64_t(prompts.size()));
+    const int64_t need = seqs * (int64_t(longest) + o.gen.n_predict);
+    if (need <= ep.n_ctx) return;
+    ep.n_ctx = need;
+    std::fprintf(stderr, "kv cache: %lld tokens, for %lld sequences of up to %zu + %lld tokens at once\n",
+                 static_cast<long long>(need), static_cast<long long>(seqs), longest,
+                 static_cast<long long>(o.gen.n_predict));
+}
+
 // --parallel N -f FILE: every prompt through the continuous-batching scheduler, at most N at once, the
 // answers printed in input order once all are done.
 void run_parallel(const RunOptions& o) {
@@ -97,16 +115,16 @@ void run_parallel(const RunOptions& o) {
     warn_beyond_training(*model, o.n_ctx);
     const auto tok = Tokenizer::from_gguf(*model->file);
     const std::vector<std::string> texts = read_prompts(o.file);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : texts) prompts.push_back(encode_prompt(o, t, *model->file, *tok));
     EngineParams ep = engine_params(*model, session_params(o));
     ep.max_seqs = o.parallel;
+    size_parallel_kv(o, prompts, ep);
     Engine engine(*model, ep);
     Scheduler sched(engine, *tok);
-    std::vector<std::vector<int32_t>> prompts;
     std::vector<GenerationResult> results(texts.size());
     for (size_t i = 0; i < texts.size(); ++i) {
-        prompts.push_back(encode_prompt(o, texts[i], *model->file, *tok));
-        sched.submit(
-            {prompts.back(), o.gen, {}, [&results, i](const GenerationResult& r) { results[i] = r; }});
+        sched.submit({prompts[i], o.gen, {}, [&results, i](const GenerationResult& r) { results[i] = r; }});
     }
     sched.run_until_idle();
     for (size_t i = 0; i < texts.size(); ++i) {

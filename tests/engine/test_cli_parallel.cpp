@@ -3,6 +3,7 @@
 // (--deterministic), and bad uses refused cleanly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -55,6 +56,25 @@ TEST(CliRunParallel, AnswersInInputOrderAsRunAlone) {
         EXPECT_EQ(rows[i]["ids"], want["ids"]) << prompts[i];
         EXPECT_EQ(rows[i]["text"], want["text"]) << prompts[i];
     }
+}
+
+// Without -c the shared KV cache is sized for the sequences that run at once (parallel x (longest
+// prompt + -n)), not the one-sequence default of at most 4096 tokens they would preempt each other in.
+TEST(CliRunParallel, KvCacheHoldsEverySequenceAtOnce) {
+    const std::vector<std::string> prompts{"The list type", "def main(): return 1", "Hello"};
+    const std::string file = prompts_file(prompts);
+    const CliResult r = run_cli({"run", "--parallel", "3", "-f", file, "-n", "1500", "--temp", "0", "--json",
+                                 "-t", "2", "--seed", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    size_t longest = 0;
+    for (const json& row : json_lines(r.out)) longest = std::max(longest, row["prompt_ids"].size());
+    const std::string want = "kv cache: " + std::to_string(3 * (longest + 1500)) + " tokens, for 3 sequences";
+    EXPECT_NE(r.err.find(want), std::string::npos) << r;
+    const CliResult given =
+        run_cli({"run", "--parallel", "3", "-f", file, "-n", "8", "-c", "512", "-t", "2"});
+    std::filesystem::remove(file);
+    ASSERT_EQ(given.exit_code, 0) << given;
+    EXPECT_EQ(given.err.find("kv cache:"), std::string::npos) << "-c is the user's: " << given;
 }
 
 TEST(CliRunParallel, BadUsesFailCleanly) {
