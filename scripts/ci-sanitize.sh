@@ -24,12 +24,18 @@ asan() {
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
 }
 
+# TSan reports a race between two of cpp-httplib's worker threads inside the library (memcmp on a block
+# another worker allocated; no frame of ours): Debian's libcpp-httplib.so is not instrumented, so TSan
+# does not see its synchronisation. Until it is built from source with TSan, the one test that drives 32
+# connections at once is left out here (it runs in the ASan and plain suites).
+tsan_skip='^Streaming\.ThirtyTwoConcurrentGreedyStreamsEqualEachAlone$'
+
 tsan() {
   configure build-tsan thread
   cmake --build build-tsan -j "$jobs" --target test_cpu test_engine test_server
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
-    -R '^(ThreadPool|Scheduler|Streaming)\.'
+    -R '^(ThreadPool|Scheduler|Streaming)\.' -E "$tsan_skip"
 }
 
 case ${1:-all} in
