@@ -175,40 +175,6 @@ TEST(ThreadPool, ParallelForStealingMovesWorkOffASlowThread) {
     EXPECT_EQ(by[63], caller) << "the last item of the worker's half was not taken from it";
 }
 
-// One run in which share 0 waits (up to 200 ms) for share 1 to start, which then takes `hold`; returns
-// the thread that ran share 1.
-std::thread::id share_one_thread(ThreadPool& pool, std::chrono::milliseconds hold) {
-    std::atomic<bool> started{false};
-    std::thread::id who;
-    pool.run([&](int ith, int) {
-        if (ith == 1) {
-            who = std::this_thread::get_id();
-            started = true;
-            std::this_thread::sleep_for(hold);
-            return;
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        while (!started && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(200))
-            std::this_thread::yield();
-    });
-    return who;
-}
-
-// A worker that keeps the caller waiting (here it sleeps in its share, as a worker descheduled beside a
-// busy process does) makes the caller run the next runs alone, for 20 ms; then the workers take part
-// again.
-TEST(ThreadPool, ALateWorkerMakesTheCallerRunAloneForAWhile) {
-    ThreadPool pool(2);
-    const auto caller = std::this_thread::get_id();
-    EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(0)), caller);
-    // The caller waits 100 ms for the worker: late even where the worker took long to start (the limit is
-    // twice the caller's own share, which waits for the worker to start).
-    EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(100)), caller);
-    EXPECT_EQ(share_one_thread(pool, std::chrono::milliseconds(0)), caller) << "not running alone";
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_NE(share_one_thread(pool, std::chrono::milliseconds(0)), caller) << "still running alone";
-}
-
 // After the spin budget the workers sleep; the next run must wake them all.
 TEST(ThreadPool, WakesSleepingWorkers) {
     ThreadPool pool(3);

@@ -18,15 +18,6 @@ namespace {
 constexpr int kSpinBudget = 100000;
 // Every this many polls a spinning thread yields, so spinners do not starve other work on a busy host.
 constexpr int kYieldEvery = 64;
-// A worker is late when it has not started by the time the caller, having worked this long on its own
-// share, is done, or when the caller waits this long (or twice its own share's time) for it: far above
-// what the last chunk of a run costs, far below a scheduler time slice (milliseconds).
-constexpr auto kLateWait = std::chrono::microseconds(50);
-// Running alone after a late worker: the first period, its doubling limit, and the runs with the
-// workers, none late, after which the period starts from the first again.
-constexpr auto kFirstSolo = std::chrono::milliseconds(20);
-constexpr auto kLongestSolo = std::chrono::milliseconds(1000);
-constexpr int kOnTimeRunsToForget = 10000;
 
 inline void spin_pause(int i) {
     if (i % kYieldEvery == kYieldEvery - 1) {
@@ -43,8 +34,7 @@ inline void spin_pause(int i) {
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(n_threads < 1 ? 1 : n_threads),
       ranges_(std::make_unique<Range[]>(size_t(n_threads_))),
-      taken_(std::make_unique<std::atomic<uint64_t>[]>(size_t(n_threads_))),
-      solo_for_(kFirstSolo) {
+      taken_(std::make_unique<std::atomic<uint64_t>[]>(size_t(n_threads_))) {
     threads_.reserve(size_t(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -84,16 +74,8 @@ uint64_t ThreadPool::wait_for_generation(uint64_t seen) {
     return g;
 }
 
-bool ThreadPool::wait_for_workers(Clock::duration own) {
-    if (pending_.load(std::memory_order_acquire) == 0) return false;
-    const Clock::time_point t0 = Clock::now();
-    const Clock::duration limit = std::max<Clock::duration>(kLateWait, 2 * own);
-    bool late = false;
-    for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-        spin_pause(i);
-        if (!late && i % kYieldEvery == 0) late = Clock::now() - t0 > limit;
-    }
-    return late;
+void ThreadPool::wait_for_workers() {
+    for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) spin_pause(i);
 }
 
 void ThreadPool::worker(int ith) {
@@ -138,53 +120,28 @@ bool ThreadPool::claim(int t, int64_t grain, bool front, int64_t& b, int64_t& e)
 }
 
 void ThreadPool::run_erased(void* ctx, TaskFn fn) {
-    if (n_threads_ > 1 && Clock::now() >= solo_until_) {
-        ctx_ = ctx;
-        fn_ = fn;
-        pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-        const bool awake = sleepers_.load(std::memory_order_relaxed) == 0;  // a woken worker starts late
-        note_run(run_shared(ctx, fn, publish(), awake));
+    if (n_threads_ == 1) {
+        fn(ctx, 0, 1);
         return;
     }
-    for (int i = 0; i < n_threads_; ++i) fn(ctx, i, n_threads_);
-}
-
-bool ThreadPool::run_shared(void* ctx, TaskFn fn, uint64_t g, bool workers_awake) {
-    const Clock::time_point start = Clock::now();
-    Clock::duration own{};
-    bool late = false;
+    ctx_ = ctx;
+    fn_ = fn;
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    const uint64_t g = publish();
     // Join the workers even if a share throws: they still read ctx, which lives in our caller.
     struct Join {
         ThreadPool* pool;
-        const Clock::duration& own;
-        bool& late;
-        ~Join() { late = pool->wait_for_workers(own) || late; }
-    };
-    {
-        const Join join{this, own, late};
-        fn(ctx, 0, n_threads_);
-        own = Clock::now() - start;
-        for (int i = 1; i < n_threads_; ++i) {
-            if (!take_share(i, g)) continue;  // its worker has it
-            late = late || (workers_awake && own > kLateWait);
-            struct Done {  // counted even if the share throws, so that the join above ends
-                std::atomic<int>& pending;
-                ~Done() { pending.fetch_sub(1, std::memory_order_acq_rel); }
-            } done{pending_};
-            fn(ctx, i, n_threads_);
-        }
+        ~Join() { pool->wait_for_workers(); }
+    } join{this};
+    fn(ctx, 0, n_threads_);
+    for (int i = 1; i < n_threads_; ++i) {
+        if (!take_share(i, g)) continue;  // its worker has it
+        struct Done {                     // counted even if the share throws, so that the join above ends
+            std::atomic<int>& pending;
+            ~Done() { pending.fetch_sub(1, std::memory_order_acq_rel); }
+        } done{pending_};
+        fn(ctx, i, n_threads_);
     }
-    return late;
-}
-
-void ThreadPool::note_run(bool late) {
-    if (!late) {
-        if (++on_time_runs_ >= kOnTimeRunsToForget) solo_for_ = kFirstSolo, on_time_runs_ = 0;
-        return;
-    }
-    solo_until_ = Clock::now() + solo_for_;
-    solo_for_ = std::min<Clock::duration>(2 * solo_for_, kLongestSolo);
-    on_time_runs_ = 0;
 }
 
 }  // namespace minfer

@@ -2,17 +2,12 @@
 // the same task to every thread (the caller is thread 0) and returns when all have finished.
 // Idle workers spin for a bounded budget, then sleep on a condition variable so an idle process
 // does not burn CPU. A worker that has not started its share when the caller is done with its own
-// (descheduled beside a busy process, or asleep) has that share run by the caller instead.
-// Beside a busy process a worker is also descheduled in the middle of its share, and every run then
-// waits a scheduler time slice for it: when the caller finds a worker late (see run_erased), it runs
-// every share itself for a while (20 ms, doubling up to 1 s while the workers keep being late), then
-// tries the workers again. So a busy core costs at most the speed of one thread. Which thread runs a
-// share never changes what the share computes. run() must not be called concurrently or from inside a
-// task.
+// (descheduled beside a busy process, or asleep) has that share run by the caller instead, so that a
+// busy core slows a forward pass down to the speed of fewer threads rather than to the scheduler's
+// time slice. run() must not be called concurrently or from inside a task.
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -79,19 +74,12 @@ class ThreadPool {
     // the range is empty.
     bool claim(int t, int64_t grain, bool front, int64_t& b, int64_t& e);
 
-    using Clock = std::chrono::steady_clock;
     using TaskFn = void (*)(void*, int, int);
     void run_erased(void* ctx, TaskFn fn);
-    // Runs generation g's shares with the workers; true when a worker was late: awake but not started
-    // when the caller was done with its own share, or still busy long after it.
-    bool run_shared(void* ctx, TaskFn fn, uint64_t g, bool workers_awake);
-    void note_run(bool late);  // starts or extends running alone after a late worker
     void worker(int ith);
     uint64_t publish();                           // starts a new generation, wakes sleepers, returns it
     uint64_t wait_for_generation(uint64_t seen);  // returns the first generation != seen
-    // Spins until pending_ == 0; true when that took longer than max(kLateWait, 2 * own), the time the
-    // caller's own share took.
-    bool wait_for_workers(Clock::duration own);
+    void wait_for_workers();                      // spins until pending_ == 0
     // Whether this thread gets share ith of generation g: exactly one of the worker and the caller does.
     // A worker that saw g late (the caller already took it, and maybe later shares) gets nothing.
     bool take_share(int ith, uint64_t g) {
@@ -114,10 +102,6 @@ class ThreadPool {
     std::unique_ptr<Range[]> ranges_;  // [n_threads_]
     std::unique_ptr<std::atomic<uint64_t>[]>
         taken_;  // [n_threads_]: the last generation whose share was taken
-    // Running alone (the caller's thread only): until solo_until_; the next period lasts solo_for_.
-    Clock::time_point solo_until_{};
-    Clock::duration solo_for_{};
-    int on_time_runs_ = 0;  // runs with the workers since one was late
 };
 
 }  // namespace minfer
