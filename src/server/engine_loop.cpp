@@ -98,6 +98,7 @@ void EngineLoop::fail_all(const std::string& why) {
     for (const auto& j : jobs) {
         std::lock_guard lock(j->mu);
         j->error = why;
+        j->followers.clear();  // their callbacks hold the job
         for (Job::Choice& c : j->choices) c.done = true;
         ++j->version;
         j->cv.notify_all();
@@ -126,8 +127,6 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
     auto job = std::make_shared<Job>();
     job->choices.resize(size_t(n));
     job->submitted = Clock::now();
-    for (int i = 1; i < n; ++i)
-        job->followers.push_back(request_for(job, size_t(i), prompt, gen, n_logprobs));
     {
         std::lock_guard lock(mu_);
         if (draining_) throw ApiError(503, "server_error", "unavailable", "the server is shutting down");
@@ -144,11 +143,22 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
         reserved_ += n;
         jobs_.push_back(job);
     }
+    {
+        // Made only once the job is accepted: a follower's callbacks hold the job, so followers that
+        // stay in it past its end would keep it alive for ever (fail_all and the refusal below clear them).
+        std::lock_guard lock(job->mu);
+        for (int i = 1; i < n; ++i)
+            job->followers.push_back(request_for(job, size_t(i), prompt, gen, n_logprobs));
+    }
     try {
         const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen, n_logprobs));
         std::lock_guard lock(job->mu);
         job->choices[0].id = id;
     } catch (const Error& e) {
+        {
+            std::lock_guard lock(job->mu);
+            job->followers.clear();
+        }
         std::lock_guard lock(mu_);
         reserved_ -= n;
         std::erase(jobs_, job);
