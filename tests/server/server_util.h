@@ -19,6 +19,7 @@
 
 #include "invariant_params.h"
 #include "models/model.h"
+#include "raw_socket.h"
 #include "server/server.h"
 
 namespace minfer::test {
@@ -98,47 +99,14 @@ inline size_t rss_bytes() {
 }
 
 // A client on a raw socket: sends one request and reads what arrives, then closes whenever told.
-class RawClient {
+class RawClient : public RawSocket {
   public:
-    explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(uint16_t(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    }
-    ~RawClient() { close(); }
+    using RawSocket::RawSocket;
     bool post(const std::string& path, const std::string& body) {
-        const std::string req =
-            "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey +
-            "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-            "\r\n\r\n" + body;
-        return connected_ && ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size());
+        return send_request("POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey +
+                            "\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body);
     }
-    // Reads until `needle` has arrived `count` times (or the peer closes); returns everything read.
-    std::string read_until(const std::string& needle, int count) {
-        std::string got;
-        char buf[4096];
-        auto seen = [&] {
-            int n = 0;
-            for (size_t at = got.find(needle); at != std::string::npos; at = got.find(needle, at + 1)) ++n;
-            return n;
-        };
-        while (seen() < count) {
-            const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-            if (n <= 0) break;
-            got.append(buf, size_t(n));
-        }
-        return got;
-    }
-    void close() {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
-    }
-
-  private:
-    int fd_;
-    bool connected_ = false;
 };
 
 }  // namespace minfer::test

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "raw_socket.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "viz/server.h"
@@ -120,39 +121,12 @@ inline std::vector<SseEvent> read_events_until_done(int port, uint64_t id) {
 }
 
 // A viewer on a raw socket: sends one GET and reads some of the answer, then closes whenever told.
-class RawViewer {
+class RawViewer : public RawSocket {
   public:
-    explicit RawViewer(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(uint16_t(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    }
-    ~RawViewer() { close(); }
+    using RawSocket::RawSocket;
     bool get(const std::string& path, const std::string& headers = "") {
-        const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
-        return connected_ && ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size());
+        return send_request("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + "\r\n");
     }
-    // Reads until `needle` has arrived (or the peer closes); returns everything read.
-    std::string read_until(const std::string& needle) {
-        std::string got;
-        char buf[4096];
-        while (got.find(needle) == std::string::npos) {
-            const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-            if (n <= 0) break;
-            got.append(buf, size_t(n));
-        }
-        return got;
-    }
-    void close() {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
-    }
-
-  private:
-    int fd_;
-    bool connected_ = false;
 };
 
 }  // namespace minfer::test
