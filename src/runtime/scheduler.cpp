@@ -178,16 +178,16 @@ bool Scheduler::step() {
 }
 
 Scheduler::Draw Scheduler::draw(Active& a, std::span<const float> logits) const {
-    Draw d{a.sampler.sample(logits), std::nullopt};
-    const bool stops = tok_.is_eog(d.id) && !a.req.gen.ignore_eos;
-    if (!stops && a.req.n_logprobs >= 0 && a.req.on_logprob)
+    Draw d{a.sampler.sample(logits), false, std::nullopt};
+    d.stops = tok_.is_eog(d.id) && !a.req.gen.ignore_eos;
+    if (!d.stops && a.req.n_logprobs >= 0 && a.req.on_logprob)
         d.logprob = token_logprob(logits, d.id, a.req.n_logprobs);
     return d;
 }
 
 void Scheduler::take(Active& a, Draw d) {
     const int32_t id = d.id;
-    if (tok_.is_eog(id) && !a.req.gen.ignore_eos) return finish(a, FinishReason::Stop);
+    if (d.stops) return finish(a, FinishReason::Stop);
     if (d.logprob) a.req.on_logprob(*d.logprob);
     a.sampler.accept(id);
     a.result.ids.push_back(id);

@@ -80,6 +80,7 @@ class Scheduler {
     // drawn for many rows at once (one sampler per sequence), then taken in row order.
     struct Draw {
         int32_t id;
+        bool stops;  // the end of generation, and the request does not ignore it
         std::optional<TokenLogprob> logprob;
     };
     Draw draw(Active& a, std::span<const float> logits) const;
