@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
+#include "backend/cuda/quant_mma.h"
 #include "gguf/gguf.h"
 #include "graph/weights.h"
 #include "kv/kv_cache.h"
@@ -95,8 +96,9 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
-    DeviceBuffer x8;          // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
-    float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
+    DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
+    DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
+    float* pinned = nullptr;       // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
     std::vector<int64_t> offset;
@@ -221,6 +223,7 @@ struct CudaBackend::Impl {
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
+    bool use_mma(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
@@ -400,9 +403,16 @@ bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
 }
 
 // Scratch sized for the graph: prefill attention's scores and expanded K/V (gemm_attention
-// only), fused-QKV rows, and the GEMM's half-precision weight and activation tiles.
+// only), fused-QKV rows, the GEMM's half-precision weight and activation tiles, and the tensor-core
+// products' quantized x and partial sums.
 bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    size_t mma_bytes = 0, mma_floats = 0;
+    const auto need_mma = [&](const QMatrix& w, int64_t nt) {
+        if (!use_mma(w, nt)) return;
+        mma_bytes = std::max(mma_bytes, cuda::mma_x_bytes(w.n_in, nt));
+        mma_floats = std::max(mma_floats, cuda::mma_scratch_floats(w, nt));
+    };
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
         const auto* a = std::get_if<meta::Attn>(&n.meta);
@@ -413,9 +423,17 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
-        if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && nt >= gemm_tokens) {
+        const auto* m = std::get_if<meta::MatMul>(&n.meta);
+        const auto w = m ? mats.find(m->weight.name) : mats.end();
+        if (w != mats.end() && use_mma(w->second, nt)) {
+            need_mma(w->second, nt);
+        } else if (m && nt >= gemm_tokens) {
             w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
             x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
+        }
+        if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) {
+            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end()) need_mma(it->second, nt);
+            if (mats.count(f->v.weight.name)) need_mma(mats.at(f->v.weight.name), nt);
         }
     }
     bool moved = scores.reserve(score_floats * sizeof(float));
@@ -423,6 +441,8 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     moved |= fused.reserve(fused_floats * sizeof(float));
     moved |= gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
     moved |= gemm_x.reserve(x_halves * 2);
+    moved |= mma_x.reserve(mma_bytes);
+    moved |= mma_part.reserve(mma_floats * sizeof(float));
     return moved;
 }
 
@@ -510,8 +530,19 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 
 // Matrix-vector kernels for up to kMaxMatvecTokens rows; cuBLAS on half tiles beyond. Weights that are
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
+// Whether a product of nt columns with w runs on the int8 tensor cores: every width in the invariant
+// mode, 2 to mma_tokens columns otherwise (one column takes the matrix-vector kernels).
+bool CudaBackend::Impl::use_mma(const QMatrix& w, int64_t nt) const {
+    if (!cuda::mma_fits(w) || opt.mma_tokens == 0) return false;
+    return opt.invariant || (nt >= 2 && nt <= opt.mma_tokens);
+}
+
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
+    if (use_mma(w, nt)) {
+        cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
+        return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+    }
     if (opt.invariant && nt > 1) {  // every column as a one-token product
         for (int64_t t = 0; t < nt; ++t)
             matmul(w, bias, x + t * w.n_in, res ? res + t * w.n_out : nullptr, 1, y + t * w.n_out,

@@ -106,6 +106,7 @@ CudaOptions cuda_options_from_env() {
     o.pad = !env_flag("MINFER_NO_PAD");
     o.gemm_attention = env_flag("MINFER_PREFILL_GEMM");
     o.profile = env_flag("MINFER_CUDA_PROFILE");
+    if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0;
     return o;
 }
 

@@ -1,0 +1,457 @@
+// Quantized matrix times a few to a few hundred columns on the int8 tensor cores (mma.sync m16n8k32,
+// s8 x s8 -> s32). The dequantize-then-cuBLAS path wrote and read every weight as a half each step (7B
+// at B = 32: ~12 ms); here the weights' integer levels go straight into the tensor cores.
+//
+// x is quantized per 32 elements to two int8 levels, x ~ d * (254 hi + lo) (quantize_x_mma, the same
+// arithmetic as quantize_x8), and each output sums, over its row's 32-element blocks in order,
+//   acc += (float(254 * (W . hi) + W . lo) * d) * ws  (+ one such term per 16-element half for Q6_K)
+//   acc -= wm * s                                      (Q4_K's minimums; s = d * sum(254 hi + lo))
+// with ws, wm the block's weight scale and minimum. The integer sums are exact; the f32 order is the
+// row's block order, split (for small matrices) into a fixed number of contiguous ranges added in order
+// afterwards. Nothing depends on the column count: the product is batch invariant.
+//
+// A warp computes 32 rows (two m16 tiles) by 8 kNb columns. Within a k32 step, lane (g, t) (g = lane / 4,
+// t = lane % 4) supplies the levels of elements 8t..8t+7 of the block for rows g and g + 8 (A) and column
+// g (B): the tensor core pairs A's and B's k indices lane by lane, so any assignment of elements to lanes
+// works when A and B share it; this one makes each lane's share eight consecutive elements (one 8-byte
+// load of the weights, one 16-byte load of x's two level planes).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/quant_blocks.cuh"
+#include "backend/cuda/quant_mma.h"
+#include "backend/cuda/x_levels.cuh"
+#include "util/error.h"
+
+namespace minfer::cuda {
+namespace {
+
+using qblocks::h2f;
+using qblocks::ld16;
+using qblocks::ld32_a2;
+using qblocks::ld_words_a2;
+using qblocks::spread_bit4;
+
+constexpr int kWarps = 4;                      // warps of a thread block
+constexpr int kMt = 2;                         // m16 tiles of a warp
+constexpr int kBlockRows = kWarps * kMt * 16;  // rows of a thread block
+constexpr int kXBlock = 64;  // bytes of one column's 32-element block: per lane t, 8 hi then 8 lo levels
+constexpr int kMaxSplits = 16;
+
+// Quantized x: levels [nt8][nb32][64] int8, then steps [nb32][nt8] float2 {d, d * sum(254 hi + lo)};
+// columns nt..nt8-1 are zero.
+int64_t cols8(int64_t nt) {
+    return (nt + 7) / 8 * 8;
+}
+size_t levels_bytes(int64_t n_in, int64_t nt) {
+    return size_t(cols8(nt) * (n_in / 32) * kXBlock);
+}
+
+struct MmaArgs {
+    const uint8_t* w;
+    int64_t row_bytes;
+    int n_out, nt, nt8;
+    int nb;         // weight blocks per row
+    int per_split;  // weight blocks of one split (grid z)
+    const int8_t* xq;
+    const float2* xm;
+    float* y;
+    const float* bias;
+    const float* res;
+    float* part;  // [splits][nt][n_out], or null when unsplit
+};
+
+__device__ __forceinline__ uint2 ld64(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
+// Weight formats. kSub 32-element blocks per weight block of kBytes bytes; levels() gives lane t's eight
+// levels of block `sub` (elements 8t..8t+3 in w0, 8t+4..8t+7 in w1) as int8 (unsigned for Q4_K, whose
+// minimum term carries the offset); scales() the block's multipliers ws (one per 16-element half when
+// kHalves is 2) and minimum wm.
+struct Q4K {
+    static constexpr int kSub = 8, kBytes = 144, kHalves = 1;
+    static constexpr bool kMin = true;
+    struct Head {
+        float d, dmin;
+        uint32_t q[3];  // the 12 bytes of 6-bit scales and minimums
+    };
+    __device__ static Head head(const uint8_t* b) {
+        const uint4 h = __ldg(reinterpret_cast<const uint4*>(b));
+        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
+        return {dm.x, dm.y, {h.y, h.z, h.w}};
+    }
+    __device__ static int byte(const Head& h, int k) { return int(h.q[k / 4] >> (8 * (k % 4))) & 0xFF; }
+    // ggml's get_scale_min_k4.
+    __device__ static void scales(const Head& h, int j, float (&ws)[1], float& wm) {
+        int sc, m;
+        if (j < 4) {
+            sc = byte(h, j) & 63, m = byte(h, j + 4) & 63;
+        } else {
+            sc = (byte(h, j + 4) & 0xF) | ((byte(h, j - 4) >> 6) << 4);
+            m = (byte(h, j + 4) >> 4) | ((byte(h, j) >> 6) << 4);
+        }
+        ws[0] = h.d * float(sc), wm = h.dmin * float(m);
+    }
+    // Block j's elements are nibble j % 2 of qs[32 (j / 2) ..].
+    __device__ static void levels(const uint8_t* b, int j, int t, uint32_t& w0, uint32_t& w1) {
+        const uint2 v = ld64(b + 16 + 32 * (j / 2) + 8 * t);
+        const int s = 4 * (j % 2);
+        w0 = (v.x >> s) & 0x0F0F0F0Fu, w1 = (v.y >> s) & 0x0F0F0F0Fu;
+    }
+};
+
+// Q6_K padded to 224 bytes (pad_matrix: ql[128], qh[64], scales[16], d). Block j = 4 n + c of half n:
+// nibble c / 2 of ql[64 n + 32 (c % 2) ..], bits 2c of qh[32 n ..]; w = d * scale * (q - 32), the
+// scale changing every 16 elements.
+struct Q6K {
+    static constexpr int kSub = 8, kBytes = 224, kHalves = 2;
+    static constexpr bool kMin = false;
+    struct Head {
+        float d;
+        uint32_t sc[4];
+    };
+    __device__ static Head head(const uint8_t* b) {
+        const uint4 s = __ldg(reinterpret_cast<const uint4*>(b + 192));
+        return {h2f(ld16(b + 208)), {s.x, s.y, s.z, s.w}};
+    }
+    __device__ static void scales(const Head& h, int j, float (&ws)[2], float& wm) {
+        const int k = 8 * (j / 4) + 2 * (j % 4);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+            ws[i] = h.d * float(int8_t(uint8_t(h.sc[(k + i) / 4] >> (8 * ((k + i) % 4)))));
+        wm = 0.0f;
+    }
+    __device__ static void levels(const uint8_t* b, int j, int t, uint32_t& w0, uint32_t& w1) {
+        const int n = j / 4, c = j % 4;
+        const uint2 ql = ld64(b + 64 * n + 32 * (c % 2) + 8 * t), qh = ld64(b + 128 + 32 * n + 8 * t);
+        const int s = 4 * (c / 2);
+        w0 = __vsub4(((ql.x >> s) & 0x0F0F0F0Fu) | (((qh.x >> (2 * c)) & 0x03030303u) << 4), 0x20202020u);
+        w1 = __vsub4(((ql.y >> s) & 0x0F0F0F0Fu) | (((qh.y >> (2 * c)) & 0x03030303u) << 4), 0x20202020u);
+    }
+};
+
+// Q8_0 (34 bytes: d, qs[32]), 2-byte aligned.
+struct Q8_0 {
+    static constexpr int kSub = 1, kBytes = 34, kHalves = 1;
+    static constexpr bool kMin = false;
+    struct Head {
+        float d;
+    };
+    __device__ static Head head(const uint8_t* b) { return {h2f(ld16(b))}; }
+    __device__ static void scales(const Head& h, int, float (&ws)[1], float& wm) { ws[0] = h.d, wm = 0.0f; }
+    __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
+        uint32_t w[2];
+        ld_words_a2<2>(b + 2 + 8 * t, w);
+        w0 = w[0], w1 = w[1];
+    }
+};
+
+// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh[4], qs[16]), 2-byte aligned: element l < 16 is
+// the low nibble of qs[l], l >= 16 the high nibble of qs[l - 16], Q5_0's fifth bit is bit l of qh;
+// w = d * (q - 8) or d * (q - 16), as signed levels.
+template <bool kQ5>
+struct Block32 {
+    static constexpr int kSub = 1, kBytes = kQ5 ? 22 : 18, kHalves = 1;
+    static constexpr bool kMin = false;
+    struct Head {
+        float d;
+    };
+    __device__ static Head head(const uint8_t* b) { return {h2f(ld16(b))}; }
+    __device__ static void scales(const Head& h, int, float (&ws)[1], float& wm) { ws[0] = h.d, wm = 0.0f; }
+    __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
+        uint32_t w[2];
+        ld_words_a2<2>(b + (kQ5 ? 6 : 2) + 8 * (t % 2), w);
+        const int s = 4 * (t / 2);
+        w0 = (w[0] >> s) & 0x0F0F0F0Fu, w1 = (w[1] >> s) & 0x0F0F0F0Fu;
+        if constexpr (kQ5) {
+            const uint32_t qh = ld32_a2(b + 2) >> (8 * t);
+            w0 |= spread_bit4(qh), w1 |= spread_bit4(qh >> 4);
+        }
+        const uint32_t offset = kQ5 ? 0x10101010u : 0x08080808u;
+        w0 = __vsub4(w0, offset), w1 = __vsub4(w1, offset);
+    }
+};
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+// The exact integer sums 254 (A . hi) + A . lo of one m16n8 tile, Q6_K's halves apart: half h takes
+// the levels of lanes t / 2 == h (elements 16 h..16 h + 15) and zeros elsewhere.
+template <class W>
+__device__ __forceinline__ void tile_sums(const uint32_t (&a)[4], const int4& xb, int t,
+                                          int (&sum)[W::kHalves][4]) {
+#pragma unroll
+    for (int h = 0; h < W::kHalves; ++h) {
+        uint32_t ah[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ah[i] = W::kHalves == 1 || t / 2 == h ? a[i] : 0u;
+        int hi[4], lo[4];
+        mma_s8(hi, ah, uint32_t(xb.x), uint32_t(xb.y));
+        mma_s8(lo, ah, uint32_t(xb.z), uint32_t(xb.w));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[h][e] = 254 * hi[e] + lo[e];
+    }
+}
+
+// One 32-element block j of weight block b: every tile of the warp's rows and columns.
+template <class W, int kNb>
+__device__ __forceinline__ void block_step(const MmaArgs& a, const uint8_t* const (&rows)[kMt][2],
+                                           const typename W::Head (&hd)[kMt][2], int b, int j, int c0,
+                                           float (&acc)[kMt][kNb][4]) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t kb = int64_t(b) * W::kSub + j, nb32 = int64_t(a.nb) * W::kSub;
+    uint32_t aw[kMt][4];
+    float ws[kMt][2][W::kHalves], wm[kMt][2];
+#pragma unroll
+    for (int m = 0; m < kMt; ++m) {
+        W::levels(rows[m][0] + int64_t(b) * W::kBytes, j, t, aw[m][0], aw[m][2]);
+        W::levels(rows[m][1] + int64_t(b) * W::kBytes, j, t, aw[m][1], aw[m][3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) W::scales(hd[m][h], j, ws[m][h], wm[m][h]);
+    }
+#pragma unroll
+    for (int n = 0; n < kNb; ++n) {
+        const int col = c0 + 8 * n;
+        if (col >= a.nt8) break;  // uniform across the warp
+        const int4 xb = __ldg(reinterpret_cast<const int4*>(a.xq + ((col + g) * nb32 + kb) * kXBlock) + t);
+        const float4 st = __ldg(reinterpret_cast<const float4*>(a.xm + kb * a.nt8 + col + 2 * t));
+#pragma unroll
+        for (int m = 0; m < kMt; ++m) {
+            int sum[W::kHalves][4];
+            tile_sums<W>(aw[m], xb, t, sum);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // e: row g + 8 (e / 2), column 2t + e % 2
+                const float dx = e % 2 ? st.z : st.x, sx = e % 2 ? st.w : st.y;
+                float v = acc[m][n][e];
+#pragma unroll
+                for (int h = 0; h < W::kHalves; ++h) v = fmaf(float(sum[h][e]) * dx, ws[m][e / 2][h], v);
+                if constexpr (W::kMin) v = fmaf(-wm[m][e / 2], sx, v);
+                acc[m][n][e] = v;
+            }
+        }
+    }
+}
+
+template <class W, int kNb>
+__global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
+    begin_kernel();
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r0 = int(blockIdx.x) * kBlockRows + int(threadIdx.x / 32) * kMt * 16;
+    if (r0 >= a.n_out) return;
+    const int c0 = int(blockIdx.y) * 8 * kNb;
+    const int b_begin = int(blockIdx.z) * a.per_split, b_end = min(a.nb, b_begin + a.per_split);
+    const uint8_t* rows[kMt][2];
+#pragma unroll
+    for (int m = 0; m < kMt; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            rows[m][h] = a.w + min(r0 + 16 * m + 8 * h + g, a.n_out - 1) * a.row_bytes;
+    float acc[kMt][kNb][4] = {};
+    for (int b = b_begin; b < b_end; ++b) {
+        typename W::Head hd[kMt][2];
+#pragma unroll
+        for (int m = 0; m < kMt; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) hd[m][h] = W::head(rows[m][h] + int64_t(b) * W::kBytes);
+#pragma unroll
+        for (int j = 0; j < W::kSub; ++j) block_step<W, kNb>(a, rows, hd, b, j, c0, acc);
+    }
+#pragma unroll
+    for (int m = 0; m < kMt; ++m)
+#pragma unroll
+        for (int n = 0; n < kNb; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + 16 * m + 8 * (e / 2) + g, c = c0 + 8 * n + 2 * t + e % 2;
+                if (r >= a.n_out || c >= a.nt) continue;
+                const int64_t i = int64_t(c) * a.n_out + r;
+                if (a.part) {
+                    a.part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
+                    continue;
+                }
+                float v = acc[m][n][e];
+                if (a.bias) v += a.bias[r];
+                if (a.res) v += a.res[i];
+                a.y[i] = v;
+            }
+}
+
+// y = the splits' partial sums added in split order (+ bias) (+ res).
+__global__ void reduce_kernel(const float* part, int splits, int64_t n, int n_out, const float* bias,
+                              const float* res, float* y) {
+    begin_kernel();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = part[i];
+    for (int s = 1; s < splits; ++s) v += part[s * n + i];
+    if (bias) v += bias[i % n_out];
+    if (res) v += res[i];
+    y[i] = v;
+}
+
+// Eight consecutive threads quantize one column's 32-element block, four elements each (levels4, as
+// quantize_x8); columns nt..nt8-1 become zeros.
+__global__ void quantize_kernel(const float* x, int64_t n_in, int nt, int nt8, int8_t* xq, float2* xm) {
+    begin_kernel();
+    const int64_t quads = n_in / 4, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= quads * nt8) return;  // whole groups of eight: quads is a multiple of 8
+    const int c = int(i / quads);
+    const int64_t q = i % quads, kb = q / 8;
+    const int e = int(q % 8) * 4;
+    const float4 v = c < nt ? __ldg(reinterpret_cast<const float4*>(x + c * n_in) + q) : float4{0, 0, 0, 0};
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    uint32_t w[2];
+    float d;
+    int sum;
+    levels4<2>(v, amax, w, d, sum);
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    int8_t* blk = xq + (c * (n_in / 32) + kb) * kXBlock + 16 * (e / 8) + e % 8;
+    *reinterpret_cast<uint32_t*>(blk) = w[0];
+    *reinterpret_cast<uint32_t*>(blk + 8) = w[1];
+    if (e == 0) xm[kb * nt8 + c] = make_float2(d, d * float(sum));
+}
+
+struct Layout {
+    int block_elems, block_bytes;
+};
+
+Layout layout_of(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_K:
+            return {256, Q4K::kBytes};
+        case GgmlType::Q6_K:
+            return {256, Q6K::kBytes};
+        case GgmlType::Q8_0:
+            return {32, Q8_0::kBytes};
+        case GgmlType::Q5_0:
+            return {32, Block32<true>::kBytes};
+        case GgmlType::Q4_0:
+            return {32, Block32<false>::kBytes};
+        default:
+            throw Error(std::string("CUDA matmul_mma: no tensor-core product for ") + ggml_type_name(t));
+    }
+}
+
+// Contiguous ranges of each row's blocks, one per thread block along z, so that a matrix of few row
+// blocks still fills the device (two thread blocks per SM); a function of the shape and the device.
+int splits_of(int64_t n_out, int64_t nb) {
+    const int64_t row_blocks = (n_out + kBlockRows - 1) / kBlockRows, sms = gpu_warps() / 32;
+    const int64_t want = std::clamp<int64_t>((2 * sms + row_blocks - 1) / row_blocks, 1, kMaxSplits);
+    const int64_t per = (nb + std::min(want, nb) - 1) / std::min(want, nb);
+    return int((nb + per - 1) / per);
+}
+
+template <class W>
+void launch_type(MmaArgs a, dim3 grid, int nb8, Stream s) {
+    const dim3 block(kWarps * 32);
+    if (nb8 >= 8)
+        return launch("mma matmul kernel", mma_kernel<W, 8>, dim3(grid.x, (nb8 + 7) / 8, grid.z), block, 0, s,
+                      a);
+    if (nb8 >= 4) return launch("mma matmul kernel", mma_kernel<W, 4>, grid, block, 0, s, a);
+    if (nb8 >= 2) return launch("mma matmul kernel", mma_kernel<W, 2>, grid, block, 0, s, a);
+    launch("mma matmul kernel", mma_kernel<W, 1>, grid, block, 0, s, a);
+}
+
+}  // namespace
+
+bool mma_fits(const QMatrix& w) {
+    switch (w.type) {
+        case GgmlType::Q4_K:
+            return !w.tiled && !w.padded && w.n_in % 256 == 0;
+        case GgmlType::Q6_K:
+            return w.padded && w.n_in % 256 == 0;
+        case GgmlType::Q8_0:
+        case GgmlType::Q5_0:
+        case GgmlType::Q4_0:
+            return !w.tiled && !w.padded && w.n_in % 32 == 0;
+        default:
+            return false;
+    }
+}
+
+size_t mma_x_bytes(int64_t n_in, int64_t nt) {
+    return levels_bytes(n_in, nt) + size_t(cols8(nt) * (n_in / 32)) * sizeof(float2);
+}
+
+size_t mma_scratch_floats(const QMatrix& w, int64_t nt) {
+    const Layout l = layout_of(w.type);
+    const int splits = splits_of(w.n_out, w.n_in / l.block_elems);
+    return splits > 1 ? size_t(splits) * size_t(nt * w.n_out) : 0;
+}
+
+void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s) {
+    if (n_in % 32 != 0) throw Error("CUDA quantize_x_mma: length not a multiple of 32");
+    if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 16 != 0)
+        throw Error("CUDA quantize_x_mma: pointers not 16-byte aligned");
+    if (n_in == 0 || nt == 0) return;
+    auto* q = static_cast<int8_t*>(xq);
+    const int64_t threads = n_in / 4 * cols8(nt);
+    launch("mma quantize kernel", quantize_kernel, unsigned((threads + 255) / 256), 256, 0, s, x, n_in,
+           int(nt), int(cols8(nt)), q, reinterpret_cast<float2*>(q + levels_bytes(n_in, nt)));
+}
+
+void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
+                float* scratch, Stream s) {
+    if (!mma_fits(w)) throw Error("CUDA matmul_mma: matrix type or layout not supported");
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 16 != 0)
+        throw Error("CUDA matmul_mma: weights and x must be 16-byte aligned");
+    if (w.n_out == 0 || nt == 0) return;
+    const Layout l = layout_of(w.type);
+    const int64_t nb = w.n_in / l.block_elems;
+    const int splits = splits_of(w.n_out, nb);
+    if (splits > 1 && !scratch) throw Error("CUDA matmul_mma: split product without scratch");
+    const auto* q = static_cast<const int8_t*>(xq);
+    MmaArgs a{static_cast<const uint8_t*>(w.data),
+              nb * l.block_bytes,
+              int(w.n_out),
+              int(nt),
+              int(cols8(nt)),
+              int(nb),
+              int((nb + splits - 1) / splits),
+              q,
+              reinterpret_cast<const float2*>(q + levels_bytes(w.n_in, nt)),
+              y,
+              bias,
+              res,
+              splits > 1 ? scratch : nullptr};
+    const int nb8 = int(cols8(nt) / 8);
+    const int cols_per = nb8 >= 8 ? 8 : nb8 >= 4 ? 4 : nb8 >= 2 ? 2 : 1;
+    const dim3 grid(unsigned((w.n_out + kBlockRows - 1) / kBlockRows),
+                    unsigned((nb8 + cols_per - 1) / cols_per), unsigned(splits));
+    switch (w.type) {
+        case GgmlType::Q4_K:
+            launch_type<Q4K>(a, grid, nb8, s);
+            break;
+        case GgmlType::Q6_K:
+            launch_type<Q6K>(a, grid, nb8, s);
+            break;
+        case GgmlType::Q8_0:
+            launch_type<Q8_0>(a, grid, nb8, s);
+            break;
+        case GgmlType::Q5_0:
+            launch_type<Block32<true>>(a, grid, nb8, s);
+            break;
+        default:
+            launch_type<Block32<false>>(a, grid, nb8, s);
+            break;
+    }
+    if (splits == 1) return;
+    const int64_t n = nt * w.n_out;
+    launch("mma reduce kernel", reduce_kernel, unsigned((n + 255) / 256), 256, 0, s, scratch, splits, n,
+           int(w.n_out), bias, res, y);
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,34 @@
+// Products of quantized matrices with 2 to a few hundred columns on the int8 tensor cores (quant_mma.cu):
+// the weights' integer levels times x quantized to two int8 levels per element (the CPU's int8x2,
+// quant_cuda.h), as exact integer sums per 32-element block, scaled in f32 block by block in the order of
+// the row. Each output's arithmetic depends on its row and its column alone, never on how many columns
+// share the product, so the result is batch invariant, and the same for one column as for 64.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/quant_cuda.h"
+
+namespace minfer::cuda {
+
+// Whether matmul_mma takes w: Q4_K in the block layout, Q6_K padded (pad_matrix), Q8_0, Q5_0 or Q4_0,
+// with rows a whole number of blocks.
+bool mma_fits(const QMatrix& w);
+
+// Bytes of nt columns of n_in elements quantized by quantize_x_mma (16-byte aligned).
+size_t mma_x_bytes(int64_t n_in, int64_t nt);
+
+// Floats of scratch matmul_mma needs for w and nt columns: partial sums when it splits the rows' blocks
+// between thread blocks (a split that depends on w's shape and the device, never on nt); 0 when unsplit.
+size_t mma_scratch_floats(const QMatrix& w, int64_t nt);
+
+// xq = x [nt][n_in] (n_in a multiple of 32) quantized per 32 elements as kInt8x2 (the same levels and
+// steps as quantize_x8), in the layout matmul_mma reads.
+void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s);
+
+// y[t][r] = sum_i w[r][i] * xq[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
+// alias y) for t < nt; scratch holds mma_scratch_floats(w, nt) floats (null when that is 0).
+void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
+                float* scratch, Stream s);
+
+}  // namespace minfer::cuda

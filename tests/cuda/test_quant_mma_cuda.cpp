@@ -1,0 +1,225 @@
+// The tensor-core products (backend/cuda/quant_mma.h): quantize_x_mma bit for bit against the CPU's
+// int8x2 quantization, matmul_mma against the double-precision product with that quantized x within a
+// stated rounding budget, and batch invariance: a column's bits do not depend on how many columns share
+// the product or where it sits among them. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/quant_cuda.h"
+#include "backend/cuda/quant_mma.h"
+#include "cuda/cuda_test_util.h"
+#include "cuda/quant_ref_util.h"
+#include "util/error.h"
+
+namespace minfer::test {
+namespace {
+
+using cuda::QMatrix;
+
+// Rounding budget. Each 32-element block's integer sum is exact; it becomes f32 (exact below 2^24, one
+// rounding above for Q8_0), is multiplied by x's step and the weight scale (two roundings) and added to
+// the row's running sum (one), with the minimum term (two more, Q4_K), then the split partial sums are
+// added (at most 16). A chain of n_in / 32 + 20 roundings of terms whose magnitudes sum to at most a
+// few times sum_i |w_i x_i| (Q4_K's scale and minimum terms are each larger than their difference); with
+// random-sign roundings the observed worst error stays far inside 1e-5 * (sum |w x| + |bias| + |res|) +
+// 1e-6, reported as "worst error / budget". A wrong lane, nibble, scale or split range gives errors of
+// the order of the row's magnitude.
+constexpr double kRelBudget = 1e-5, kAbsBudget = 1e-6;
+
+struct MmaType {
+    GgmlType type;
+    bool padded;  // Q6_K is read padded (pad_matrix)
+};
+const MmaType kTypes[] = {{GgmlType::Q4_K, false},
+                          {GgmlType::Q6_K, true},
+                          {GgmlType::Q8_0, false},
+                          {GgmlType::Q5_0, false},
+                          {GgmlType::Q4_0, false}};
+
+std::string type_name(const ::testing::TestParamInfo<MmaType>& info) {
+    return traits(info.param.type).name;
+}
+
+// A matrix on the device as matmul_mma reads it.
+struct DeviceMatrix {
+    DeviceBuffer<uint8_t> raw, padded;
+    QMatrix qm;
+    DeviceMatrix(const HostMatrix& w, bool pad)
+        : raw(w.bytes),
+          padded(pad ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : 0),
+          qm{w.type, raw.get(), w.n_in, w.n_out} {
+        if (!pad) return;
+        TestStream s;
+        cuda::pad_matrix(qm, padded.get(), s.get());
+        s.sync();
+        qm = {w.type, padded.get(), w.n_in, w.n_out, false, true};
+    }
+};
+
+// y = W x (+ bias) (+ res) through quantize_x_mma and matmul_mma; res may be y's own buffer.
+std::vector<float> run_mma(const QMatrix& w, const DeviceBuffer<float>& x, int64_t nt, const float* bias,
+                           const std::vector<float>* res_in_place, const float* res) {
+    DeviceBuffer<uint8_t> xq(cuda::mma_x_bytes(w.n_in, nt));
+    DeviceBuffer<float> scratch(std::max<size_t>(cuda::mma_scratch_floats(w, nt), 1));
+    DeviceBuffer<float> y(size_t(nt * w.n_out));
+    if (res_in_place) y.upload(*res_in_place);
+    TestStream s;
+    cuda::quantize_x_mma(x.get(), w.n_in, nt, xq.get(), s.get());
+    cuda::matmul_mma(w, xq.get(), nt, y.get(), bias, res_in_place ? y.get() : res, scratch.get(), s.get());
+    s.sync();
+    return y.download();
+}
+
+class CudaMma : public ::testing::TestWithParam<MmaType> {
+  protected:
+    std::vector<int64_t> row_lengths() const {
+        if (traits(GetParam().type).block_size == 32) return {32, 96, 896, 4864, 18944};
+        return {256, 768, 3584, 18944};
+    }
+};
+
+// Every row of several shapes and column counts (one n8 tile, several, a partial one; one and several
+// column tiles of the grid), with no extra, a bias, a residual, and both with the residual in place.
+TEST_P(CudaMma, MatmulMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(2024);
+    double worst = 0.0;
+    const int64_t kOuts[] = {1, 7, 131, 1024};
+    const int64_t kCols[] = {1, 2, 9, 64, 130};
+    for (int64_t n_in : row_lengths())
+        for (int64_t n_out : kOuts) {
+            const HostMatrix w = n_out == 7 ? random_matrix(GetParam().type, n_out, n_in, rng)
+                                            : quantized_matrix(GetParam().type, n_out, n_in, rng);
+            const DeviceMatrix dw(w, GetParam().padded);
+            ASSERT_TRUE(cuda::mma_fits(dw.qm));
+            for (int64_t nt : kCols) {
+                if (n_in * n_out * nt > (int64_t(1) << 29)) continue;  // keeps the double reference short
+                const std::vector<float> x = gaussian(rng, nt * n_in);
+                const std::vector<float> bias = gaussian(rng, n_out), res = gaussian(rng, nt * n_out);
+                const RefDots ref = reference_dots(w, quantized_x(x, cuda::XQuant::kInt8x2), nt);
+                DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+                for (int extra = 0; extra < 4; ++extra) {
+                    const bool has_bias = extra % 2 == 1, has_res = extra >= 2;
+                    const std::vector<float> y =
+                        run_mma(dw.qm, dx, nt, has_bias ? dbias.get() : nullptr, extra == 3 ? &res : nullptr,
+                                extra == 2 ? dres.get() : nullptr);
+                    const std::string ctx = std::string(traits(w.type).name) + " " + std::to_string(n_out) +
+                                            "x" + std::to_string(n_in) + " nt=" + std::to_string(nt) +
+                                            " extra=" + std::to_string(extra);
+                    for (size_t k = 0; k < y.size(); ++k) {
+                        const size_t r = k % size_t(n_out);
+                        const double b = has_bias ? bias[r] : 0.0, rs = has_res ? res[k] : 0.0;
+                        const double want = ref.dot[k] + b + rs;
+                        const double tol =
+                            kRelBudget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
+                        ASSERT_NEAR(y[k], want, tol) << ctx << " column " << k / n_out << " row " << r;
+                        worst = std::max(worst, std::fabs(y[k] - want) / tol);
+                    }
+                }
+            }
+        }
+    std::printf("[ budget   ] worst matmul_mma error / budget: %.4f\n", worst);
+}
+
+// A column's outputs are the same bits alone, in a batch of 9 at every offset, and in a batch of 70,
+// with a bias and a residual; x far from 1 in magnitude and a zero column included.
+TEST_P(CudaMma, ColumnsAreBatchInvariant) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(7);
+    const int64_t n_in = traits(GetParam().type).block_size == 32 ? 896 : 3584, n_out = 4608, nt = 70;
+    const HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
+    const DeviceMatrix dw(w, GetParam().padded);
+    std::vector<float> x = gaussian(rng, nt * n_in);
+    for (int64_t i = 0; i < n_in; ++i) x[size_t(3 * n_in + i)] *= 1e-20f, x[size_t(5 * n_in + i)] *= 3e4f;
+    std::fill_n(x.begin() + 11 * n_in, n_in, 0.0f);
+    const std::vector<float> bias = gaussian(rng, n_out), res = gaussian(rng, nt * n_out);
+    DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+    const std::vector<float> all = run_mma(dw.qm, dx, nt, dbias.get(), nullptr, dres.get());
+    for (int64_t c = 0; c < nt; ++c) {
+        const std::vector<float> xc(x.begin() + c * n_in, x.begin() + (c + 1) * n_in);
+        const std::vector<float> rc(res.begin() + c * n_out, res.begin() + (c + 1) * n_out);
+        DeviceBuffer<float> dxc(xc), drc(rc);
+        const std::vector<float> alone = run_mma(dw.qm, dxc, 1, dbias.get(), nullptr, drc.get());
+        ASSERT_EQ(std::memcmp(alone.data(), all.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
+            << "column " << c << " alone differs from the batch of " << nt;
+    }
+    for (int64_t off = 0; off + 9 <= nt; off += 7) {
+        const std::vector<float> xs(x.begin() + off * n_in, x.begin() + (off + 9) * n_in);
+        const std::vector<float> rs(res.begin() + off * n_out, res.begin() + (off + 9) * n_out);
+        DeviceBuffer<float> dxs(xs), drs(rs);
+        const std::vector<float> nine = run_mma(dw.qm, dxs, 9, dbias.get(), nullptr, drs.get());
+        ASSERT_EQ(std::memcmp(nine.data(), all.data() + off * n_out, nine.size() * sizeof(float)), 0)
+            << "columns " << off << ".." << off + 8 << " in a batch of 9 differ from the batch of " << nt;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMma, ::testing::ValuesIn(kTypes), type_name);
+
+// quantize_x_mma's levels and steps are the CPU's quantize_q8x2, bit for bit, in its layout: per column
+// and 32-element block, lane t's 8 hi then 8 lo levels of elements 8t..8t+7; the steps {d, d * sum} per
+// block and column after all levels; columns past nt zero.
+TEST(CudaMmaApi, QuantizeMatchesCpu) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(88);
+    const int64_t n = 896, nt = 3, nt8 = 8, nb = n / 32;
+    std::vector<float> x = gaussian(rng, nt * n);
+    std::fill_n(x.begin() + 64, 32, 0.0f);
+    x[300] = 1e4f, x[1001] = -3e-3f;
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint8_t> xq(cuda::mma_x_bytes(n, nt));
+    ASSERT_EQ(cuda::mma_x_bytes(n, nt), size_t(nt8 * nb * (64 + 8)));
+    cuda::quantize_x_mma(dx.get(), n, nt, xq.get(), nullptr);
+    MINFER_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> got = xq.download();
+    const auto* steps = reinterpret_cast<const float*>(got.data() + nt8 * nb * 64);
+    for (int64_t c = 0; c < nt8; ++c) {
+        std::vector<uint8_t> cpu(act_x2_row_bytes(n));
+        std::vector<float> xc(size_t(n), 0.0f);
+        if (c < nt) std::copy_n(x.begin() + c * n, n, xc.begin());
+        traits(GgmlType::Q8_0).quantize_x2_ref(xc.data(), cpu.data(), n);
+        const auto* b = reinterpret_cast<const quants::BlockQ8X2*>(cpu.data());
+        for (int64_t e = 0; e < n; ++e) {
+            const int64_t blk = e / 32, i = e % 32;
+            const int64_t pos = (c * nb + blk) * 64 + 16 * (i / 8) + i % 8;
+            ASSERT_EQ(int8_t(got[size_t(pos)]), b[blk].hi[i])
+                << "hi level of column " << c << " element " << e;
+            ASSERT_EQ(int8_t(got[size_t(pos + 8)]), b[blk].lo[i])
+                << "lo level of column " << c << " element " << e;
+        }
+        for (int64_t blk = 0; blk < nb; ++blk) {
+            int sum = 0;
+            for (int l = 0; l < 32; ++l) sum += 254 * b[blk].hi[l] + b[blk].lo[l];
+            ASSERT_EQ(steps[2 * (blk * nt8 + c)], b[blk].d) << "step of column " << c << " block " << blk;
+            ASSERT_EQ(steps[2 * (blk * nt8 + c) + 1], b[blk].d * float(sum)) << "sum of column " << c;
+        }
+    }
+}
+
+TEST(CudaMmaApi, FitsAndRefusals) {
+    const QMatrix q4k{GgmlType::Q4_K, nullptr, 512, 16};
+    const QMatrix q6k_raw{GgmlType::Q6_K, nullptr, 512, 16};
+    const QMatrix q6k_padded{GgmlType::Q6_K, nullptr, 512, 16, false, true};
+    const QMatrix q4k_tiled{GgmlType::Q4_K, nullptr, 512, 16, true};
+    const QMatrix q5k{GgmlType::Q5_K, nullptr, 512, 16};
+    const QMatrix f16{GgmlType::F16, nullptr, 512, 16};
+    const QMatrix q8_odd{GgmlType::Q8_0, nullptr, 40, 16};
+    EXPECT_TRUE(cuda::mma_fits(q4k));
+    EXPECT_TRUE(cuda::mma_fits(q6k_padded));
+    EXPECT_FALSE(cuda::mma_fits(q6k_raw));
+    EXPECT_FALSE(cuda::mma_fits(q4k_tiled));
+    EXPECT_FALSE(cuda::mma_fits(q5k));
+    EXPECT_FALSE(cuda::mma_fits(f16));
+    EXPECT_FALSE(cuda::mma_fits(q8_odd));
+    EXPECT_THROW(cuda::matmul_mma(q5k, nullptr, 4, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace minfer::test
