@@ -1,33 +1,60 @@
 #!/usr/bin/env bash
-# CI's sanitizer jobs (issue 32), CUDA off, with clang:
-#   asan: build-asan/ with ASan + UBSan, the whole CPU test suite (any report fails the test);
-#   tsan: build-tsan/ with ThreadSanitizer, the thread-pool and scheduler tests and the server's streaming
-#         tests (the engine loop under concurrent streams and cancellations).
-# scripts/ci-sanitize.sh [asan|tsan|all] (default all).
+# CI's sanitizer and fuzz jobs (issue 32), CUDA off, with clang (scripts/setup-clang.sh installs it):
+#   asan: build-asan/ with ASan + UBSan and the libFuzzer targets (one -O1 build serves both), the
+#         whole CPU test suite (any report fails the test; leaks on);
+#   fuzz: each libFuzzer target of tests/fuzz for SECONDS (default 60) from build-asan/ (scripts/fuzz.sh);
+#   tsan: build-tsan/ with ThreadSanitizer, only the test binaries it runs: the thread-pool and
+#         scheduler tests and the server's streaming tests (the engine loop under concurrent streams
+#         and cancellations).
+# scripts/ci-sanitize.sh [asan|fuzz [SECONDS]|tsan|all] (default all: asan, fuzz, tsan).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 jobs=${MINFER_JOBS:-$(nproc)}
+"$root/scripts/setup-clang.sh"
 
-configure() {  # configure DIR SANITIZERS
-  CC=clang CXX=clang++ cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DMINFER_CUDA=OFF \
-    -DMINFER_BENCH=OFF -DMINFER_SANITIZE="$2" > /dev/null
+configure() {  # configure DIR SANITIZERS [CMAKE ARGS...]
+  local dir=$1 san=$2
+  shift 2
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DMINFER_CUDA=OFF \
+    -DMINFER_BENCH=OFF -DMINFER_SANITIZE="$san" "$@" > /dev/null
 }
 
+# Load.ThousandRequestsAtConcurrency32ThenBadRequests checks that resident memory stays within 10% + 16 MiB
+# over 1,000 requests; under ASan the quarantine and shadow memory grow it (136 -> 215 MiB even with
+# __sanitizer_purge_allocator before each reading), so it is left out here until its check is made
+# meaningful under ASan (issue 32); it runs in the plain suite, and LeakSanitizer covers the other tests.
+asan_skip='^Load\.ThousandRequestsAtConcurrency32ThenBadRequests$'
+
 asan() {
-  configure build-asan address,undefined
+  configure build-asan address,undefined -DMINFER_FUZZ=ON
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E "$asan_skip"
+}
+
+fuzz() {  # fuzz SECONDS: every target in turn; a crash, leak or timeout fails the job
+  [ -f build-asan/build.ninja ] || configure build-asan address,undefined -DMINFER_FUZZ=ON
+  mkdir -p build-asan/logs
+  for t in gguf tokenizer jinja request; do
+    local log=build-asan/logs/fuzz_$t.log
+    if ! MINFER_FUZZ_BUILD="$root/build-asan" MINFER_FUZZ_JOBS="$jobs" scripts/fuzz.sh "$t" "$1" > "$log" 2>&1; then
+      tail -n 80 "$log"
+      echo "fuzz_$t: failed (the input is in build-asan/findings/$t/, the log in $log)" >&2
+      return 1
+    fi
+    echo "fuzz_$t: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)"
+  done
 }
 
 # TSan reports a race between two of cpp-httplib's worker threads inside the library (memcmp on a block
 # another worker allocated; no frame of ours): Debian's libcpp-httplib.so is not instrumented, so TSan
 # does not see its synchronisation. Until it is built from source with TSan, the one test that drives 32
-# connections at once is left out here (it runs in the ASan and plain suites).
+# connections at once is left out here (it runs in the ASan and plain suites). Not re-checked in issue 32's
+# last session.
 tsan_skip='^Streaming\.ThirtyTwoConcurrentGreedyStreamsEqualEachAlone$'
 
 tsan() {
@@ -40,7 +67,8 @@ tsan() {
 
 case ${1:-all} in
   asan) asan ;;
+  fuzz) fuzz "${2:-60}" ;;
   tsan) tsan ;;
-  all) asan && tsan ;;
-  *) echo "usage: scripts/ci-sanitize.sh [asan|tsan|all]" >&2; exit 2 ;;
+  all) asan && fuzz "${2:-60}" && tsan ;;
+  *) echo "usage: scripts/ci-sanitize.sh [asan|fuzz [SECONDS]|tsan|all]" >&2; exit 2 ;;
 esac

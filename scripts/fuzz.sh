@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a bounded time: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [ARGS...]
-# Builds build-fuzz/ with clang (ASan + UBSan + libFuzzer) on first use. New coverage goes to
+# Builds build-fuzz/ with clang (ASan + UBSan + libFuzzer; scripts/setup-clang.sh installs it) on first
+# use, or uses the build MINFER_FUZZ_BUILD names (CI: build-asan/, configured with MINFER_FUZZ=ON). New coverage goes to
 # build-fuzz/corpus/TARGET (seeded from tests/fuzz/corpus/TARGET); a crash, leak or timeout is written
 # to build-fuzz/findings/TARGET: minimise it (-minimize_crash=1), fix the bug, and check the input in
 # under tests/fuzz/regressions/TARGET, which ctest replays (fuzz_replay_TARGET) in every build.
@@ -10,6 +11,7 @@ seconds=${2:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [libFuz
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MINFER_FUZZ_BUILD:-$root/build-fuzz}
+"$root/scripts/setup-clang.sh"
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DMINFER_FUZZ=ON -DMINFER_SANITIZE=address,undefined -DMINFER_TESTS=OFF -DMINFER_CUDA=OFF > /dev/null
