@@ -357,9 +357,7 @@ int splits_of(int64_t n_out, int64_t nb) {
 template <class W>
 void launch_type(MmaArgs a, dim3 grid, int nb8, Stream s) {
     const dim3 block(kWarps * 32);
-    if (nb8 >= 8)
-        return launch("mma matmul kernel", mma_kernel<W, 8>, dim3(grid.x, (nb8 + 7) / 8, grid.z), block, 0, s,
-                      a);
+    if (nb8 >= 8) return launch("mma matmul kernel", mma_kernel<W, 8>, grid, block, 0, s, a);
     if (nb8 >= 4) return launch("mma matmul kernel", mma_kernel<W, 4>, grid, block, 0, s, a);
     if (nb8 >= 2) return launch("mma matmul kernel", mma_kernel<W, 2>, grid, block, 0, s, a);
     launch("mma matmul kernel", mma_kernel<W, 1>, grid, block, 0, s, a);
