@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace minfer {
@@ -55,6 +56,38 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int n_top)
     return out;
 }
 
+// The top_k best tokens (all when top_k is off) into cands_, best first: a strict order, larger logit
+// then lower id, so the set and its order are unique. For top_k below the vocabulary one pass keeps
+// only tokens at or above the k-th best logit seen so far, pruning the kept ones back to k whenever
+// they fill kPrune slots, so a 152k vocabulary costs one compare per token instead of a heap update.
+size_t Sampler::best_candidates(std::span<const float> logits) {
+    auto by_logit = [](const Cand& a, const Cand& b) {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    const size_t n = logits.size();
+    cands_.clear();
+    if (p_.top_k <= 0 || size_t(p_.top_k) >= n) {
+        for (size_t i = 0; i < n; ++i) cands_.push_back({int32_t(i), logits[i]});
+        std::sort(cands_.begin(), cands_.end(), by_logit);
+        return n;
+    }
+    const auto k = size_t(p_.top_k);
+    const size_t prune_at = std::max<size_t>(4 * k, 1024);
+    float floor = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < n; ++i) {
+        if (!(logits[i] >= floor)) continue;
+        cands_.push_back({int32_t(i), logits[i]});
+        if (cands_.size() < prune_at) continue;
+        std::nth_element(cands_.begin(), cands_.begin() + ptrdiff_t(k - 1), cands_.end(), by_logit);
+        cands_.resize(k);
+        floor = cands_[k - 1].logit;  // a later token must reach it to be among the k best
+    }
+    const size_t kept = std::min(k, cands_.size());
+    std::partial_sort(cands_.begin(), cands_.begin() + ptrdiff_t(kept), cands_.end(), by_logit);
+    cands_.resize(kept);
+    return kept;
+}
+
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
 void Sampler::reset() {
@@ -86,18 +119,7 @@ int32_t Sampler::sample(std::span<const float> raw) {
     }
     if (p_.temp <= 0.0f) return argmax(logits);
 
-    cands_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {int32_t(i), logits[i]};
-    auto by_logit = [](const Cand& a, const Cand& b) {
-        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-    };
-    size_t n = cands_.size();
-    if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-        std::partial_sort(cands_.begin(), cands_.begin() + p_.top_k, cands_.end(), by_logit);
-        n = size_t(p_.top_k);
-    } else {
-        std::sort(cands_.begin(), cands_.end(), by_logit);
-    }
+    const size_t n = best_candidates(logits);
     // Softmax at temperature over the survivors (sorted, so the first is the max).
     std::vector<double> probs(n);
     double sum = 0;

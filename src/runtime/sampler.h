@@ -38,6 +38,7 @@ class Sampler {
         int32_t id;
         float logit;
     };
+    size_t best_candidates(std::span<const float> logits);
     std::vector<Cand> cands_;       // scratch, reused between calls
     std::vector<float> penalized_;  // the logits with penalties applied (scratch)
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -125,6 +126,70 @@ TEST(Sampler, ArgmaxIsTheFirstMaximum) {
             EXPECT_EQ(argmax(v), want) << "n " << n << " rep " << rep;
         }
     }
+}
+
+// The filtering sampler as first written: every token a candidate, partially sorted to top_k (by logit,
+// then id), softmax at temperature, min-p, top-p, one draw. The sampler's one-pass top-k selection must
+// give the same tokens, draw for draw, from the same seed.
+int32_t sample_by_sorting(const SamplerParams& p, std::span<const float> logits, std::mt19937_64& rng) {
+    struct Cand {
+        int32_t id;
+        float logit;
+    };
+    std::vector<Cand> c(logits.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = {int32_t(i), logits[i]};
+    auto by_logit = [](const Cand& a, const Cand& b) {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    size_t n = c.size();
+    if (p.top_k > 0 && size_t(p.top_k) < n) {
+        std::partial_sort(c.begin(), c.begin() + p.top_k, c.end(), by_logit);
+        n = size_t(p.top_k);
+    } else {
+        std::sort(c.begin(), c.end(), by_logit);
+    }
+    std::vector<double> probs(n);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += probs[i] = std::exp(double(c[i].logit - c[0].logit) / p.temp);
+    for (double& q : probs) q /= sum;
+    size_t keep = n;
+    if (p.min_p > 0.0f)
+        while (keep > 1 && probs[keep - 1] < double(p.min_p) * probs[0]) --keep;
+    if (p.top_p < 1.0f) {
+        double cum = 0;
+        for (size_t i = 0; i < keep; ++i)
+            if ((cum += probs[i]) >= double(p.top_p)) {
+                keep = i + 1;
+                break;
+            }
+    }
+    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + ptrdiff_t(keep));
+    return c[pick(rng)].id;
+}
+
+TEST(Sampler, TopKSelectionDrawsAsFullSorting) {
+    std::mt19937 gen(11);
+    std::normal_distribution<float> wide(0.0f, 3.0f);
+    std::uniform_int_distribution<int> level(-3, 3);  // few values: ties at the k-th place
+    for (const size_t n : {7u, 1000u, 5000u, 151936u})
+        for (const int k : {1, 2, 40, 64, 1000, 6000})
+            for (int rep = 0; rep < 3; ++rep) {
+                SamplerParams p;
+                p.top_k = k;
+                p.temp = rep == 2 ? 2.0f : 0.8f;
+                p.top_p = rep == 1 ? 0.9f : 1.0f;
+                p.min_p = rep == 0 ? 0.05f : 0.0f;
+                p.seed = uint64_t(17 * k + rep);
+                Sampler s(p);
+                std::mt19937_64 ref_rng(p.seed);
+                for (int draw = 0; draw < 4; ++draw) {
+                    std::vector<float> l(n);
+                    for (float& x : l) x = rep == 1 ? float(level(gen)) : wide(gen);
+                    if (draw == 3) std::sort(l.begin(), l.end());  // the best last: every prune moves it
+                    ASSERT_EQ(s.sample(l), sample_by_sorting(p, l, ref_rng))
+                        << "n " << n << " k " << k << " rep " << rep << " draw " << draw;
+                }
+            }
 }
 
 }  // namespace
