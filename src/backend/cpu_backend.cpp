@@ -329,6 +329,11 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
             [&](const op::SwiGLU&) {
                 rows(nt, [&](int64_t t) { cpu::swiglu(in(0) + t * d, in(1) + t * d, out + t * d, d); });
             },
+            [&](const op::ArgMax&) {
+                const int64_t w = g[n.src[0]].shape[0];  // [w, n] -> [n]
+                auto* ids = reinterpret_cast<int32_t*>(out);
+                rows(d, [&](int64_t t) { ids[t] = cpu::argmax(in(0) + t * w, w); });
+            },
             [&](const op::FusedFFN&) { fused_ffn(n, bufs); },
             [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},

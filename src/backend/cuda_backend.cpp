@@ -679,6 +679,9 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::Mul&) { cuda::mul(in(0), in(1), out, numel, s); },
             [&](const op::Silu&) { cuda::silu(in(0), out, numel, s); },
             [&](const op::SwiGLU&) { cuda::swiglu(in(0), in(1), out, numel, s); },
+            [&](const op::ArgMax&) {
+                cuda::argmax_rows(in(0), g[n.src[0]].shape[0], d, reinterpret_cast<int32_t*>(out), s);
+            },
             [&](const op::FusedFFN&) {
                 const auto& m = std::get<meta::FusedFfn>(n.meta);
                 if (nt > cuda::kMaxMatvecTokens)

@@ -100,6 +100,9 @@ NodeId GraphBuilder::add(NodeId a, NodeId b) {
 NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
     return node("swiglu", op::SwiGLU{}, {gate, up}, at(gate).shape);
 }
+NodeId GraphBuilder::argmax(NodeId x) {
+    return node("argmax", op::ArgMax{}, {x}, {nt(x), 1, 1, 1}, meta::None{}, DType::I32);
+}
 
 namespace {
 std::vector<NodeId> with_kv_index(std::vector<NodeId> src, const KvIndex& at) {

@@ -48,6 +48,7 @@ class GraphBuilder {
     NodeId mul(NodeId a, NodeId b);
     NodeId add(NodeId a, NodeId b);
     NodeId swiglu(NodeId gate, NodeId up);
+    NodeId argmax(NodeId x);  // [d, n] -> [n] i32
     NodeId kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at,
                          const meta::Kv& m);            // [n_embd, n_ctx]
     NodeId kvcache_load(int layer, const meta::Kv& m);  // no sources: a view [n_embd, n_ctx] of the region

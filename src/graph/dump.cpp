@@ -79,7 +79,8 @@ nlohmann::json graph_json(const ComputeGraph& g, const GraphParams& p) {
                            {"gpu", p.cparams.gpu},
                            {"fuse_qkv", p.cparams.fuse_qkv},
                            {"fuse_ffn", p.cparams.fuse_ffn}}},
-                         {"weights_version", p.weights_version}};
+                         {"weights_version", p.weights_version},
+                         {"greedy", p.greedy}};
     return {{"params", params},     {"uid", g.uid},   {"inputs", g.inputs},
             {"outputs", g.outputs}, {"nodes", nodes}, {"edges", edges}};
 }

@@ -9,9 +9,9 @@ namespace minfer {
 
 const char* op_name(const Op& o) {
     static constexpr const char* names[] = {
-        "Input",  "GetRows",      "RmsNorm",          "QkNorm",   "MatMul",      "RoPE",
-        "Attn",   "KvcacheStore", "KvcacheLoad",      "Add",      "Mul",         "Silu",
-        "SwiGLU", "FusedQKV",     "QkvBiasRopeStore", "FusedFFN", "FusedQkvNorm"};
+        "Input",  "GetRows",      "RmsNorm",          "QkNorm",   "MatMul",       "RoPE",
+        "Attn",   "KvcacheStore", "KvcacheLoad",      "Add",      "Mul",          "Silu",
+        "SwiGLU", "FusedQKV",     "QkvBiasRopeStore", "FusedFFN", "FusedQkvNorm", "ArgMax"};
     static_assert(std::size(names) == std::variant_size_v<Op>);
     return names[o.index()];
 }

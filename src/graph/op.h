@@ -80,11 +80,16 @@ struct FusedQkvNorm {  // FusedQKV plus Qwen3's per-head Q/K RMSNorm
     int layer;
     bool operator==(const FusedQkvNorm&) const = default;
 };
+// src: [logits [n_vocab, n_out]] -> [n_out] i32: each row's largest logit's id (the lowest on ties), so
+// greedy decoding needs only the ids back from a device, not n_out rows of the vocabulary.
+struct ArgMax {
+    bool operator==(const ArgMax&) const = default;
+};
 }  // namespace op
 
 using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::MatMul, op::Rope, op::Attn,
                         op::KvcacheStore, op::KvcacheLoad, op::Add, op::Mul, op::Silu, op::SwiGLU,
-                        op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm>;
+                        op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm, op::ArgMax>;
 
 const char* op_name(const Op& op);    // "RmsNorm"
 std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"

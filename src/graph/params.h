@@ -39,11 +39,13 @@ struct GraphParams {
     GraphType gtype = GraphType::Decode;
     CParams cparams;
     uint64_t weights_version = 0;
+    bool greedy = false;  // the output is each row's argmax ([n_out] i32), not the logits
     bool operator==(const GraphParams&) const = default;
 
-    static GraphParams make(int64_t n_tokens, int64_t n_out, const CParams& cp,
-                            uint64_t weights_version = 0) {
-        return {n_tokens, n_out, n_tokens > 1 ? GraphType::Prefill : GraphType::Decode, cp, weights_version};
+    static GraphParams make(int64_t n_tokens, int64_t n_out, const CParams& cp, uint64_t weights_version = 0,
+                            bool greedy = false) {
+        return {n_tokens, n_out,           n_tokens > 1 ? GraphType::Prefill : GraphType::Decode,
+                cp,       weights_version, greedy};
     }
 };
 

@@ -117,10 +117,11 @@ NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInp
     return b.add(res_out, cur_out);
 }
 
-void output_head(GraphBuilder& b, const Model& m, NodeId h) {
+void output_head(GraphBuilder& b, const Model& m, NodeId h, const GraphParams& p) {
     b.set_layer(-1);  // the head is outside the layers
     const NodeId normed = b.rms_norm(h, m.output_norm, m.hp.rms_eps);
-    b.output(b.matmul(normed, m.output));  // [n_vocab, n_out]
+    const NodeId logits = b.matmul(normed, m.output);  // [n_vocab, n_out]
+    b.output(p.greedy ? b.argmax(logits) : logits);    // [n_out] i32 | [n_vocab, n_out]
 }
 
 }  // namespace minfer

@@ -20,7 +20,7 @@ ComputeGraph build_qwen2(const Model& m, const GraphParams& p) {
         x = b.rms_norm(h, l.ffn_norm, m.hp.rms_eps);
         h = b.add(h, swiglu_ffn(b, m, il, x, p));
     }
-    output_head(b, m, h);  // [n_vocab, n_out]
+    output_head(b, m, h, p);  // [n_vocab, n_out] | [n_out] ids
     return std::move(b).build();
 }
 

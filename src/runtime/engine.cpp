@@ -154,8 +154,8 @@ void Engine::add_observer(std::unique_ptr<StepObserver> o) {
     exec_.set_observer(observer_.get());
 }
 
-GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out) const {
-    return GraphParams::make(n_tokens, n_out, cparams_);
+GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out, bool greedy) const {
+    return GraphParams::make(n_tokens, n_out, cparams_, 0, greedy);
 }
 
 ComputeGraph Engine::planned_graph(const GraphParams& p) {
@@ -323,16 +323,16 @@ Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
     return pl;
 }
 
-std::span<const float> Engine::forward(std::span<const Chunk> batch) {
-    check_batch(batch);
-    const Plan pl = plan(batch);
+// Runs the batch's graph (logits or, with greedy, their argmax) and appends the tokens to their
+// sequences. Returns the output rows: pl.out_rows' when out_ids narrowed them, every token's otherwise.
+const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, bool greedy, bool& narrowed) {
     const auto n_tokens = int64_t(pl.tokens.size()), n_out = int64_t(pl.out_rows.size());
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
         grow(q, int64_t(c.tokens.size()));
         std::copy(q.blocks.begin(), q.blocks.end(), table_.begin() + c.seq * cparams_.max_blocks());
     }
-    ComputeGraph& g = activate(params_for(n_tokens, n_out));
+    ComputeGraph& g = activate(params_for(n_tokens, n_out, greedy));
     exec_.fill_input(g.find_input("token_ids"), pl.tokens);
     exec_.fill_input(g.find_input("positions"), pl.positions);
     if (cparams_.paged()) {
@@ -349,17 +349,42 @@ std::span<const float> Engine::forward(std::span<const Chunk> batch) {
         q.tokens.insert(q.tokens.end(), c.tokens.begin(), c.tokens.end());
         publish_full_blocks(q);
     }
-    const float* logits = exec_.data(g.outputs.front());
-    const auto n_vocab = size_t(model_.hp.n_vocab);
-    // In place when out_ids picked the rows, or when the wanted rows are the leading ones.
+    narrowed = n_out < n_tokens;
+    return exec_.data(g.outputs.front());
+}
+
+namespace {
+
+// The wanted rows of `width` values among a forward's output rows: in place when out_ids picked them
+// or when they are the leading ones, otherwise copied into `keep`.
+template <class T>
+std::span<const T> wanted_rows(const T* out, std::span<const int32_t> out_rows, int64_t n_wanted,
+                               bool narrowed, size_t width, std::vector<T>& keep) {
     bool leading = true;
-    for (int64_t r = 0; r < pl.n_wanted; ++r) leading = leading && pl.out_rows[size_t(r)] == r;
-    if (n_out < n_tokens || leading) return {logits, size_t(pl.n_wanted) * n_vocab};
-    logits_.resize(size_t(pl.n_wanted) * n_vocab);  // every row came out: keep the wanted ones
-    for (int64_t r = 0; r < pl.n_wanted; ++r)
-        std::copy_n(logits + size_t(pl.out_rows[size_t(r)]) * n_vocab, n_vocab,
-                    logits_.begin() + r * ptrdiff_t(n_vocab));
-    return logits_;
+    for (int64_t r = 0; r < n_wanted; ++r) leading = leading && out_rows[size_t(r)] == r;
+    if (narrowed || leading) return {out, size_t(n_wanted) * width};
+    keep.resize(size_t(n_wanted) * width);
+    for (int64_t r = 0; r < n_wanted; ++r)
+        std::copy_n(out + size_t(out_rows[size_t(r)]) * width, width, keep.begin() + r * ptrdiff_t(width));
+    return keep;
+}
+
+}  // namespace
+
+std::span<const float> Engine::forward(std::span<const Chunk> batch) {
+    check_batch(batch);
+    const Plan pl = plan(batch);
+    bool narrowed = false;
+    const float* logits = run(batch, pl, false, narrowed);
+    return wanted_rows(logits, pl.out_rows, pl.n_wanted, narrowed, size_t(model_.hp.n_vocab), logits_);
+}
+
+std::span<const int32_t> Engine::forward_greedy(std::span<const Chunk> batch) {
+    check_batch(batch);
+    const Plan pl = plan(batch);
+    bool narrowed = false;
+    const auto* ids = reinterpret_cast<const int32_t*>(run(batch, pl, true, narrowed));
+    return wanted_rows(ids, pl.out_rows, pl.n_wanted, narrowed, 1, greedy_ids_);
 }
 
 }  // namespace minfer

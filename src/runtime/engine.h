@@ -72,6 +72,9 @@ class Engine {
     // chunk: [sum of n_logits][n_vocab]. Throws Error, changing nothing, when a sequence's context would
     // overflow or the pool lacks blocks (blocks_needed tells beforehand).
     std::span<const float> forward(std::span<const Chunk> batch);
+    // As forward, but returns each wanted row's argmax (the lowest id on ties) instead of its logits:
+    // greedy decoding, computed where the logits are, so a GPU sends back ids, not rows of the vocabulary.
+    std::span<const int32_t> forward_greedy(std::span<const Chunk> batch);
 
     SeqId open();         // an empty sequence; Error when max_seqs are open
     void close(SeqId s);  // its blocks go back to the pool (published ones stay cached)
@@ -92,7 +95,7 @@ class Engine {
     int64_t prefix_hit_tokens() const { return prefix_hits_; }
     const Model& model() const { return model_; }
     const CParams& cparams() const { return cparams_; }
-    GraphParams params_for(int64_t n_tokens, int64_t n_out) const;
+    GraphParams params_for(int64_t n_tokens, int64_t n_out, bool greedy = false) const;
     // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
     ComputeGraph planned_graph(const GraphParams& p);
     // Builds and binds the graph of a forward of n_tokens (n_out logits) and allocates the KV cache's host
@@ -125,6 +128,7 @@ class Engine {
     void grow(Sequence& s, int64_t n);
     void publish_full_blocks(Sequence& s);
     Plan plan(std::span<const Chunk> batch) const;
+    const float* run(std::span<const Chunk> batch, const Plan& pl, bool greedy, bool& narrowed);
     ComputeGraph& activate(const GraphParams& p);
 
     const Model& model_;
@@ -144,7 +148,8 @@ class Engine {
     std::vector<int32_t> table_;  // [max_seqs][max_blocks], the block_table input
     int64_t step_ = 0, prefix_hits_ = 0;
     std::unique_ptr<StepObserver> observer_;
-    std::vector<float> logits_;  // the wanted rows, when padding left others in the output
+    std::vector<float> logits_;        // the wanted rows, when padding left others in the output
+    std::vector<int32_t> greedy_ids_;  // likewise for forward_greedy
 };
 
 }  // namespace minfer

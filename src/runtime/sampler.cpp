@@ -5,39 +5,12 @@
 #include <limits>
 #include <unordered_map>
 
+#include "backend/cpu/ops.h"
+
 namespace minfer {
 
-namespace {
-
-// The largest of v[b, e) (e > b), in 16 independent chains of max instructions that overlap in the
-// pipeline (std::max_element's one dependent chain, with a branch per element, measured 6x slower over
-// a 152k vocabulary).
-float block_max(std::span<const float> v, size_t b, size_t e) {
-    float lane[16];
-    for (float& l : lane) l = v[b];
-    size_t i = b;
-    for (; i + 16 <= e; i += 16)
-        for (int j = 0; j < 16; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
-    float m = lane[0];
-    for (const float l : lane) m = l > m ? l : m;
-    for (; i < e; ++i) m = v[i] > m ? v[i] : m;
-    return m;
-}
-
-}  // namespace
-
-// The first block of 1024 holding the maximum, then the first index in it that holds it.
 int32_t argmax(std::span<const float> v) {
-    constexpr size_t kBlock = 1024;
-    size_t best = 0;
-    float best_max = 0;
-    for (size_t b = 0; b < v.size(); b += kBlock) {
-        const float m = block_max(v, b, std::min(v.size(), b + kBlock));
-        if (b == 0 || m > best_max) best_max = m, best = b;
-    }
-    for (size_t i = best; i < std::min(v.size(), best + kBlock); ++i)
-        if (v[i] == best_max) return int32_t(i);
-    return int32_t(best);
+    return cpu::argmax(v.data(), int64_t(v.size()));
 }
 
 TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int n_top) {
@@ -101,9 +74,16 @@ void Sampler::accept(int32_t id) {
     if (recent_.size() > size_t(p_.penalty_last_n)) recent_.erase(recent_.begin());
 }
 
+bool Sampler::penalizes() const {
+    return p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::is_argmax() const {
+    return (p_.temp <= 0.0f || p_.top_k == 1) && !penalizes();
+}
+
 int32_t Sampler::sample(std::span<const float> raw) {
-    const bool penalize =
-        p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+    const bool penalize = penalizes();
     std::span<const float> logits = raw;
     if (penalize && !recent_.empty()) {
         penalized_.assign(raw.begin(), raw.end());

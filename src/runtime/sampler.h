@@ -26,6 +26,9 @@ class Sampler {
     explicit Sampler(const SamplerParams& p);
     // Picks the next token from `logits` (n_vocab floats; penalties apply to a copy).
     int32_t sample(std::span<const float> logits);
+    // Whether sample() is the argmax of the raw logits, whatever they are: greedy or top-k 1, and no
+    // penalties (the engine can then pick the token where the logits are).
+    bool is_argmax() const;
     // Records an accepted token (prompt or generated) for the penalties.
     void accept(int32_t id);
     void reset();
@@ -38,6 +41,7 @@ class Sampler {
         int32_t id;
         float logit;
     };
+    bool penalizes() const;
     size_t best_candidates(std::span<const float> logits);
     std::vector<Cand> cands_;       // scratch, reused between calls
     std::vector<float> penalized_;  // the logits with penalties applied (scratch)

@@ -160,21 +160,37 @@ bool Scheduler::step() {
     std::vector<Active*> owners;
     while (!build_batch(batch, owners)) preempt_youngest();
     if (batch.empty()) return true;  // everything was preempted: the next step readmits
-    const std::span<const float> logits = engine_.forward(batch);
-    std::vector<Active*> rows;  // the sequences whose logits row comes next, in row order
-    for (size_t i = 0; i < batch.size(); ++i) {
-        owners[i]->fed += int64_t(batch[i].tokens.size());
+    std::vector<Active*> rows;       // the sequences whose logits row comes next, in row order
+    for (size_t i = 0; i < batch.size(); ++i)
         if (batch[i].n_logits > 0) rows.push_back(owners[i]);
-    }
-    // Rows are drawn on the engine's host threads (B rows of a 152k vocabulary are B passes over
-    // 600 KB each): every sampler is its own sequence's, so no token depends on which thread drew it.
-    const auto n_vocab = size_t(engine_.model().hp.n_vocab);
+    std::vector<Draw> draws = forward_and_draw(batch, rows);
+    for (size_t i = 0; i < batch.size(); ++i) owners[i]->fed += int64_t(batch[i].tokens.size());
+    for (size_t r = 0; r < rows.size(); ++r) take(*rows[r], std::move(draws[r]));
+    return true;
+}
+
+// When every row's sampler takes the argmax of the raw logits, the engine picks the tokens where the
+// logits are (a GPU sends back B ids, not B rows of the vocabulary); the same tokens either way.
+// Otherwise rows are drawn on the engine's host threads (B rows of a 152k vocabulary are B passes over
+// 600 KB each): every sampler is its own sequence's, so no token depends on which thread drew it.
+std::vector<Scheduler::Draw> Scheduler::forward_and_draw(std::span<const Engine::Chunk> batch,
+                                                         std::span<Active* const> rows) {
     std::vector<Draw> draws(rows.size());
+    auto on_device = [](const Active* a) {
+        return a->sampler.is_argmax() && (a->req.n_logprobs < 0 || !a->req.on_logprob);
+    };
+    if (std::all_of(rows.begin(), rows.end(), on_device)) {
+        const std::span<const int32_t> ids = engine_.forward_greedy(batch);
+        for (size_t r = 0; r < rows.size(); ++r)
+            draws[r] = {ids[r], tok_.is_eog(ids[r]) && !rows[r]->req.gen.ignore_eos, std::nullopt};
+        return draws;
+    }
+    const std::span<const float> logits = engine_.forward(batch);
+    const auto n_vocab = size_t(engine_.model().hp.n_vocab);
     engine_.host_threads().for_each_dynamic(int64_t(rows.size()), [&](int64_t r, int) {
         draws[size_t(r)] = draw(*rows[size_t(r)], logits.subspan(size_t(r) * n_vocab, n_vocab));
     });
-    for (size_t r = 0; r < rows.size(); ++r) take(*rows[r], std::move(draws[r]));
-    return true;
+    return draws;
 }
 
 Scheduler::Draw Scheduler::draw(Active& a, std::span<const float> logits) const {

@@ -84,6 +84,7 @@ class Scheduler {
         std::optional<TokenLogprob> logprob;
     };
     Draw draw(Active& a, std::span<const float> logits) const;
+    std::vector<Draw> forward_and_draw(std::span<const Engine::Chunk> batch, std::span<Active* const> rows);
     void take(Active& a, Draw d);
     void finish(Active& a, FinishReason why);
 

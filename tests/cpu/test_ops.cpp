@@ -36,6 +36,21 @@ TEST(Ops, AddMulExact) {
 // Budget: the f32 sum of squares runs 32 lanes of n/32 terms, then folds lanes (5 levels) and a tail of
 // < 8 terms: relative error <= (n/32 + 12) kU. sqrt halves it; mean, +eps, sqrt, divide and the two output
 // multiplies add one rounding each, and the reference's final rounding another: (n/64 + 16) kU covers it.
+// The first maximum, as the plain loop finds it, around the 1024-element blocks and 16 lanes, with
+// ties inside and across blocks and rows of -inf.
+TEST(Ops, ArgmaxMatchesReference) {
+    std::mt19937 rng(19);
+    std::uniform_int_distribution<int> level(-3, 3);  // few values: many ties
+    std::normal_distribution<float> wide(0.0f, 2.0f);
+    for (const int64_t n : {1, 15, 16, 17, 1024, 1025, 4097, 151936})
+        for (int rep = 0; rep < 6; ++rep) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (float& v : x) v = rep == 5 ? -INFINITY : rep % 2 ? float(level(rng)) : wide(rng);
+            if (rep == 3) x[size_t(n) - 1] = 10.0f;
+            EXPECT_EQ(cpu::argmax(x.data(), n), cpu::argmax_ref(x.data(), n)) << "n " << n << " rep " << rep;
+        }
+}
+
 TEST(Ops, RmsNormMatchesReference) {
     std::mt19937 rng(2);
     for (int64_t n : kSizes) {

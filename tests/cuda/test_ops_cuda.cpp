@@ -260,6 +260,29 @@ TEST(CudaOps, SplitF16) {
 // ---- get_rows_f32 and kv_store
 
 // get_rows_f32 is a copy: exact, ids with repeats and both ends of the table.
+// argmax_rows picks the CPU's first maximum of every row: ties (few distinct values), rows of -inf,
+// a maximum in the last element, lengths below and above the block's 1024 threads.
+TEST(CudaOps, ArgmaxRowsMatchCpu) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(707);
+    std::uniform_int_distribution<int> level(-3, 3);
+    for (const int64_t n : {1, 31, 1024, 1025, 151936}) {
+        SCOPED_TRACE("n " + std::to_string(n));
+        const int64_t rows = 9;
+        Vec x(size_t(rows * n));
+        for (float& v : x) v = float(level(rng));
+        for (int64_t i = 0; i < n; ++i) x[size_t(n + i)] = -INFINITY;  // row 1
+        x[size_t(3 * n - 1)] = 9.0f;                                   // row 2's last
+        DeviceBuffer<float> dx(x);
+        DeviceBuffer<int32_t> dids(static_cast<size_t>(rows));
+        cuda::argmax_rows(dx.get(), n, rows, dids.get(), nullptr);
+        sync();
+        const std::vector<int32_t> got = dids.download();
+        for (int64_t r = 0; r < rows; ++r)
+            EXPECT_EQ(got[size_t(r)], cpu::argmax_ref(x.data() + r * n, n)) << "row " << r;
+    }
+}
+
 TEST(CudaOps, GetRowsF32) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(606);

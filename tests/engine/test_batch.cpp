@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "greedy_check.h"
 #include "invariant_params.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -140,6 +141,12 @@ std::vector<std::vector<int32_t>> golden_prompts(const std::string& ref) {
     const nlohmann::json j = nlohmann::json::parse(f);  // kept: the loop below reads inside it
     for (const auto& p : j["prompts"]) out.push_back(p["ids"].get<std::vector<int32_t>>());
     return out;
+}
+
+// The greedy forward's ids are the argmax of the logits forward's rows, padding and chunking included.
+TEST(Engine, GreedyForwardPicksTheLogitsArgmax) {
+    const auto m = Model::load(embedded_model());
+    expect_greedy_equals_argmax(*m, params(6, 6 * 128));
 }
 
 TEST(BatchInvariance, EmbeddedModelUnderLoadEqualsAlone) {

@@ -24,6 +24,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_test_util.h"
 #include "gguf/gguf_writer.h"
+#include "greedy_check.h"
 #include "models/model.h"
 #include "models/synth.h"
 #include "quant/quants.h"
@@ -267,6 +268,19 @@ std::vector<int32_t> forward_both(Engine& gpu, Engine& cpu, const std::vector<En
 // matrix-vector kernels and the decode attention kernel) and of one (the fused decode graph, paged):
 // each step's logits against a CPU engine running the same batches on the dequantized weights, within
 // CudaVsCpu's prefill budget (the batched products take the prefill path).
+// The argmax kernel at the end of the greedy graph picks what the host picks from the logits graph's rows,
+// in batches that mix prefill chunks (the cuBLAS products) and single rows.
+TEST(CudaBatch, GreedyForwardPicksTheLogitsArgmax) {
+    MINFER_REQUIRE_GPU();
+    for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+        SCOPED_TRACE(ggml_type_name(t));
+        const auto m = synth("qwen2", t);
+        EngineParams p;
+        p.n_ctx = 768, p.n_threads = 2, p.max_seqs = 6, p.device = BackendKind::Cuda;
+        expect_greedy_equals_argmax(*m, p);
+    }
+}
+
 TEST(CudaBatch, ManySequencesMatchCpuEngine) {
     MINFER_REQUIRE_GPU();
     for (const TypeCase& c :

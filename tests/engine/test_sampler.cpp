@@ -192,5 +192,27 @@ TEST(Sampler, TopKSelectionDrawsAsFullSorting) {
             }
 }
 
+// is_argmax: greedy or top-k 1 without penalties, and then sample() is the argmax of the row.
+TEST(Sampler, ArgmaxSamplersPickTheArgmax) {
+    std::mt19937 gen(3);
+    std::uniform_int_distribution<int> level(-2, 2);
+    SamplerParams greedy = plain(0.0f), top1;
+    top1.top_k = 1;
+    SamplerParams penalized = top1;
+    penalized.repeat_penalty = 1.1f;
+    EXPECT_TRUE(Sampler(greedy).is_argmax());
+    EXPECT_TRUE(Sampler(top1).is_argmax());
+    EXPECT_FALSE(Sampler(penalized).is_argmax());
+    EXPECT_FALSE(Sampler(SamplerParams{}).is_argmax());
+    for (const SamplerParams& p : {greedy, top1}) {
+        Sampler s(p);
+        for (int rep = 0; rep < 20; ++rep) {
+            std::vector<float> l(3000);
+            for (float& x : l) x = float(level(gen));
+            EXPECT_EQ(s.sample(l), argmax(l));
+        }
+    }
+}
+
 }  // namespace
 }  // namespace minfer

@@ -1,5 +1,6 @@
 #include "backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/kernels_avx2.h"
@@ -29,6 +30,39 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos
             xh[i1] = a * s + b * c;
         }
     }
+}
+
+namespace {
+
+// The largest of x[b, e) (e > b), in 16 independent chains of max instructions that overlap in the
+// pipeline (a plain loop's one dependent chain, with a branch per element, measured 6x slower over a
+// 152k vocabulary).
+float block_max(const float* x, int64_t b, int64_t e) {
+    float lane[16];
+    for (float& l : lane) l = x[b];
+    int64_t i = b;
+    for (; i + 16 <= e; i += 16)
+        for (int j = 0; j < 16; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    float m = lane[0];
+    for (const float l : lane) m = l > m ? l : m;
+    for (; i < e; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+}  // namespace
+
+// The first block of 1024 holding the maximum, then the first index in it that holds it.
+int32_t argmax(const float* x, int64_t n) {
+    constexpr int64_t kBlock = 1024;
+    int64_t best = 0;
+    float best_max = 0;
+    for (int64_t b = 0; b < n; b += kBlock) {
+        const float m = block_max(x, b, std::min(n, b + kBlock));
+        if (b == 0 || m > best_max) best_max = m, best = b;
+    }
+    for (int64_t i = best; i < std::min(n, best + kBlock); ++i)
+        if (x[i] == best_max) return int32_t(i);
+    return int32_t(best);
 }
 
 void silu(const float* x, float* y, int64_t n) {

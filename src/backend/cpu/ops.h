@@ -15,6 +15,8 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos
 void silu(const float* x, float* y, int64_t n);                    // y = x * sigmoid(x)
 void swiglu(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 void add(const float* a, const float* b, float* y, int64_t n);
+// The index of the largest of x[0, n) (n > 0), the lowest on ties.
+int32_t argmax(const float* x, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
 
 // One sequence's rows of a paged KV region: logical row j (its position) lives at physical row

@@ -47,6 +47,13 @@ void mul_ref(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
 }
 
+int32_t argmax_ref(const float* x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+        if (x[i] > x[best]) best = i;
+    return int32_t(best);
+}
+
 void attention_ref(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv,
                    int64_t hd, int64_t n_kv_rows, float scale) {
     const int64_t group = n_head / n_head_kv;

@@ -120,6 +120,42 @@ __global__ void split_f16_kernel(const float* x, __half* hi, __half* lo, int64_t
     }
 }
 
+// The larger of two (value, index) candidates, the lower index on equal values; index n is "none yet".
+struct Best {
+    float v;
+    int64_t i;
+};
+__device__ __forceinline__ Best better(Best a, Best b) {
+    return b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a;
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+// One row per block: each thread the first maximum of its stride, then the block's by value and index.
+// A thread's first value (NaN aside) starts its candidate, so a row of -inf gives its first index.
+__global__ void argmax_kernel(const float* x, int64_t n, int32_t* ids) {
+    begin_kernel();
+    const float* row = x + int64_t(blockIdx.x) * n;
+    Best b{-INFINITY, n};
+    for (int64_t i = threadIdx.x; i < n; i += kArgmaxThreads) {
+        const float v = row[i];
+        if (v > b.v || (b.i == n && v == v)) b = {v, i};
+    }
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o >>= 1)
+        b = better(b, {__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)});
+    __shared__ Best part[kArgmaxThreads / kWarpSize];
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    if (lane == 0) part[warp] = b;
+    __syncthreads();
+    if (warp != 0) return;
+    b = part[lane];
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o >>= 1)
+        b = better(b, {__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)});
+    if (lane == 0) ids[blockIdx.x] = int32_t(b.i < n ? b.i : 0);
+}
+
 __global__ void get_rows_f32_kernel(const float* src, int64_t d, const int32_t* ids, float* out) {
     begin_kernel();
     const float* row = src + int64_t(ids[blockIdx.x]) * d;
@@ -172,6 +208,11 @@ void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s) {
     if (n <= 0) return;
     launch("split_f16 kernel", split_f16_kernel, blocks_for(n, kElemThreads), kElemThreads, 0, s, x,
            static_cast<__half*>(hi), static_cast<__half*>(lo), n);
+}
+
+void argmax_rows(const float* x, int64_t n, int64_t rows, int32_t* ids, Stream s) {
+    if (rows <= 0 || n <= 0) return;
+    launch("argmax kernel", argmax_kernel, unsigned(rows), kArgmaxThreads, 0, s, x, n, ids);
 }
 
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s) {

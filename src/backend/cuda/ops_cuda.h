@@ -29,6 +29,9 @@ void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s);
 // hi = half(x); lo = half(x - hi) when lo is not null: x ~ hi + lo to about 22 bits (GEMM activations).
 void split_f16(const float* x, void* hi, void* lo, int64_t n, Stream s);
 
+// ids[r] = the index of the largest of x[r][0, n), the lowest on ties (as cpu::argmax), for `rows` rows.
+void argmax_rows(const float* x, int64_t n, int64_t rows, int32_t* ids, Stream s);
+
 // out[t] = src[ids[t]] for rows of d floats.
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s);
 
