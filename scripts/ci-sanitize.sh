@@ -6,13 +6,24 @@
 #   tsan: build-tsan/ with ThreadSanitizer, only the test binaries it runs: the thread-pool and
 #         scheduler tests and the server's streaming tests (the engine loop under concurrent streams
 #         and cancellations).
-# scripts/ci-sanitize.sh [asan|fuzz [SECONDS]|tsan|all] (default all: asan, fuzz, tsan).
+# scripts/ci-sanitize.sh [asan|fuzz [SECONDS]|tsan|all] (default all: asan, fuzz, tsan). .ci/run calls `all 60`
+# after the plain suite; each phase prints its wall time. Measured cold (no ccache) in a clean clone on the
+# shared 2-core VM, MINFER_JOBS=2, 2026-12-02: asan build 523 s, asan suite 439 s (610 tests), fuzz 246 s,
+# tsan build 215 s, tsan suite 8 s: 24 min.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 jobs=${MINFER_JOBS:-$(nproc)}
 "$root/scripts/setup-clang.sh"
+
+timed() {  # timed NAME COMMAND...: runs it, then prints how long it took (also when it failed)
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  echo "ci-sanitize: $name: $((SECONDS - t0)) s$([ $rc -eq 0 ] || echo ", failed (exit $rc)")"
+  return $rc
+}
 
 configure() {  # configure DIR SANITIZERS [CMAKE ARGS...]
   local dir=$1 san=$2
@@ -30,10 +41,10 @@ asan_skip='^Load\.ThousandRequestsAtConcurrency32ThenBadRequests$'
 
 asan() {
   configure build-asan address,undefined -DMINFER_FUZZ=ON
-  cmake --build build-asan -j "$jobs"
+  timed "asan build" cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E "$asan_skip"
+    timed "asan suite" ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E "$asan_skip"
 }
 
 fuzz() {  # fuzz SECONDS: every target in turn; a crash, leak or timeout fails the job
@@ -46,29 +57,37 @@ fuzz() {  # fuzz SECONDS: every target in turn; a crash, leak or timeout fails t
       echo "fuzz_$t: failed (the input is in build-asan/findings/$t/, the log in $log)" >&2
       return 1
     fi
-    echo "fuzz_$t: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)"
+    echo "fuzz_$t: $(grep -a -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1)"  # libFuzzer: "#N<TAB>DONE cov: ..."
   done
 }
 
 # TSan reports a race between two of cpp-httplib's worker threads inside the library (memcmp on a block
 # another worker allocated; no frame of ours): Debian's libcpp-httplib.so is not instrumented, so TSan
 # does not see its synchronisation. Until it is built from source with TSan, the one test that drives 32
-# connections at once is left out here (it runs in the ASan and plain suites). Not re-checked in issue 32's
-# last session.
+# connections at once is left out here (it runs in the ASan and plain suites). Re-checked 2026-12-02: the
+# first report is still that one (libcpp-httplib.so.0.11, memcmp against an httplib worker's allocation);
+# suppressing it (called_from_lib:libcpp-httplib.so) only brings up the next, std::regex state copied
+# inside the library's client on the test's threads: the library has to be built with TSan first.
 tsan_skip='^Streaming\.ThirtyTwoConcurrentGreedyStreamsEqualEachAlone$'
 
 tsan() {
   configure build-tsan thread
-  cmake --build build-tsan -j "$jobs" --target test_cpu test_engine test_server
+  timed "tsan build" cmake --build build-tsan -j "$jobs" --target test_cpu test_engine test_server
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
+    timed "tsan suite" ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
     -R '^(ThreadPool|Scheduler|Streaming)\.' -E "$tsan_skip"
 }
 
 case ${1:-all} in
   asan) asan ;;
-  fuzz) fuzz "${2:-60}" ;;
+  fuzz) timed fuzz fuzz "${2:-60}" ;;
   tsan) tsan ;;
-  all) asan && fuzz "${2:-60}" && tsan ;;
+  # One after another, not `asan && fuzz && tsan`: inside an && list bash ignores set -e in the functions,
+  # so a failed build would go on to ctest.
+  all)
+    asan
+    timed fuzz fuzz "${2:-60}"
+    tsan
+    ;;
   *) echo "usage: scripts/ci-sanitize.sh [asan|fuzz [SECONDS]|tsan|all]" >&2; exit 2 ;;
 esac
