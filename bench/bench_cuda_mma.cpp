@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/quant_cuda.h"
@@ -75,39 +76,41 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
     }
     check(cudaStreamSynchronize(s));
     cudaFree(raw);
-    for (int64_t nt : cols) {
-        const cuda::QMatrix w0{sh.type, mats[0], sh.n_in, sh.n_out, false, pad};
-        float *x, *y, *scratch;
-        void* xq;
-        std::vector<float> hx(size_t(nt * sh.n_in));
-        std::normal_distribution<float> dist(0.0f, 1.0f);
-        for (float& v : hx) v = dist(rng);
-        check(cudaMalloc(&x, hx.size() * 4));
-        check(cudaMalloc(&y, size_t(nt * sh.n_out) * 4));
-        check(cudaMalloc(&scratch, std::max<size_t>(cuda::mma_scratch_floats(w0, nt), 1) * 4));
-        check(cudaMalloc(&xq, cuda::mma_x_bytes(sh.n_in, nt)));
-        check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
-        const auto call = [&](int i) {
-            const cuda::QMatrix w{sh.type, mats[size_t(i % copies)], sh.n_in, sh.n_out, false, pad};
-            cuda::quantize_x_mma(x, sh.n_in, nt, xq, s);
-            cuda::matmul_mma(w, xq, nt, y, nullptr, nullptr, scratch, s);
-        };
-        for (int i = 0; i < copies; ++i) call(i);
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0), cudaEventCreate(&e1);
-        cudaEventRecord(e0, s);
-        for (int i = 0; i < iters; ++i) call(i);
-        cudaEventRecord(e1, s);
-        check(cudaEventSynchronize(e1));
-        check(cudaGetLastError());
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        const double us = ms * 1e3 / iters, gbs = double(stored) / (us * 1e-6) / 1e9;
-        const double outs = double(sh.n_out) * double(nt) * double(sh.n_in / 32) / (us * 1e-6);
-        std::printf("| %-12s | %-4s | %4lld | %8.2f | %6.0f | %7.1f |\n", sh.name,
-                    quant_traits(sh.type)->name, (long long)nt, us, gbs, outs / 1e9);
-        cudaFree(x), cudaFree(y), cudaFree(scratch), cudaFree(xq);
-    }
+    for (int64_t nt : cols)
+        for (const auto& [kernel, kname] :
+             {std::pair{cuda::MmaKernel::Direct, "direct"}, std::pair{cuda::MmaKernel::Staged, "staged"}}) {
+            const cuda::QMatrix w0{sh.type, mats[0], sh.n_in, sh.n_out, false, pad};
+            float *x, *y, *scratch;
+            void* xq;
+            std::vector<float> hx(size_t(nt * sh.n_in));
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            for (float& v : hx) v = dist(rng);
+            check(cudaMalloc(&x, hx.size() * 4));
+            check(cudaMalloc(&y, size_t(nt * sh.n_out) * 4));
+            check(cudaMalloc(&scratch, std::max<size_t>(cuda::mma_scratch_floats(w0, nt), 1) * 4));
+            check(cudaMalloc(&xq, cuda::mma_x_bytes(sh.n_in, nt)));
+            check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+            const auto call = [&](int i) {
+                const cuda::QMatrix w{sh.type, mats[size_t(i % copies)], sh.n_in, sh.n_out, false, pad};
+                cuda::quantize_x_mma(x, sh.n_in, nt, xq, s);
+                cuda::matmul_mma(w, xq, nt, y, nullptr, nullptr, scratch, s, kernel);
+            };
+            for (int i = 0; i < copies; ++i) call(i);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0), cudaEventCreate(&e1);
+            cudaEventRecord(e0, s);
+            for (int i = 0; i < iters; ++i) call(i);
+            cudaEventRecord(e1, s);
+            check(cudaEventSynchronize(e1));
+            check(cudaGetLastError());
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double us = ms * 1e3 / iters, gbs = double(stored) / (us * 1e-6) / 1e9;
+            const double outs = double(sh.n_out) * double(nt) * double(sh.n_in / 32) / (us * 1e-6);
+            std::printf("| %-12s | %-4s | %-6s | %4lld | %8.2f | %6.0f | %7.1f |\n", sh.name,
+                        quant_traits(sh.type)->name, kname, (long long)nt, us, gbs, outs / 1e9);
+            cudaFree(x), cudaFree(y), cudaFree(scratch), cudaFree(xq);
+        }
     for (auto& m : mats) cudaFree(m);
 }
 
@@ -121,8 +124,8 @@ int main(int argc, char** argv) {
     const std::string only = argc > 3 ? argv[3] : "";
     cudaStream_t s;
     check(cudaStreamCreate(&s));
-    std::printf("| shape | type | columns | us/call | weight GB/s | G block-products/s |\n");
-    std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+    std::printf("| shape | type | kernel | columns | us/call | weight GB/s | G block-products/s |\n");
+    std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     std::mt19937 rng(7);
     for (const Shape& sh : kShapes)
         if (only.empty() || only == sh.name) bench(sh, cols, iters, s, rng);

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include <unistd.h>
@@ -106,6 +107,9 @@ CudaOptions cuda_options_from_env() {
     o.pad = !env_flag("MINFER_NO_PAD");
     o.gemm_attention = env_flag("MINFER_PREFILL_GEMM");
     o.profile = env_flag("MINFER_CUDA_PROFILE");
+    // MINFER_MMA_TOKENS=N: the widest product on the tensor cores (measurements of the crossover).
+    if (const char* n = std::getenv("MINFER_MMA_TOKENS"); n && std::atoll(n) >= 0)
+        o.mma_tokens = std::atoll(n);
     if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0;
     return o;
 }

@@ -66,14 +66,16 @@ struct DeviceMatrix {
 
 // y = W x (+ bias) (+ res) through quantize_x_mma and matmul_mma; res may be y's own buffer.
 std::vector<float> run_mma(const QMatrix& w, const DeviceBuffer<float>& x, int64_t nt, const float* bias,
-                           const std::vector<float>* res_in_place, const float* res) {
+                           const std::vector<float>* res_in_place, const float* res,
+                           cuda::MmaKernel kernel = cuda::MmaKernel::Auto) {
     DeviceBuffer<uint8_t> xq(cuda::mma_x_bytes(w.n_in, nt));
     DeviceBuffer<float> scratch(std::max<size_t>(cuda::mma_scratch_floats(w, nt), 1));
     DeviceBuffer<float> y(size_t(nt * w.n_out));
     if (res_in_place) y.upload(*res_in_place);
     TestStream s;
     cuda::quantize_x_mma(x.get(), w.n_in, nt, xq.get(), s.get());
-    cuda::matmul_mma(w, xq.get(), nt, y.get(), bias, res_in_place ? y.get() : res, scratch.get(), s.get());
+    cuda::matmul_mma(w, xq.get(), nt, y.get(), bias, res_in_place ? y.get() : res, scratch.get(), s.get(),
+                     kernel);
     s.sync();
     return y.download();
 }
@@ -159,6 +161,31 @@ TEST_P(CudaMma, ColumnsAreBatchInvariant) {
         ASSERT_EQ(std::memcmp(nine.data(), all.data() + off * n_out, nine.size() * sizeof(float)), 0)
             << "columns " << off << ".." << off + 8 << " in a batch of 9 differ from the batch of " << nt;
     }
+}
+
+// The staged kernel (shared-memory stages) and the direct one give the same bits for every column
+// count, tile edge and split: rows of whole stages and, for the 32-element formats, rows of 3 blocks
+// (not whole stages: both run the direct kernel), small matrices (split) and large ones.
+TEST_P(CudaMma, StagedEqualsDirect) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(99);
+    const bool b32 = traits(GetParam().type).block_size == 32;
+    for (const int64_t n_in : b32 ? std::vector<int64_t>{96, 896, 4864} : std::vector<int64_t>{256, 3584})
+        for (const int64_t n_out : {131, 4608}) {
+            const HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
+            const DeviceMatrix dw(w, GetParam().padded);
+            for (const int64_t nt : {1, 2, 8, 9, 16, 33, 64, 70, 130}) {
+                const std::vector<float> x = gaussian(rng, nt * n_in), res = gaussian(rng, nt * n_out);
+                const std::vector<float> bias = gaussian(rng, n_out);
+                DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+                const auto direct =
+                    run_mma(dw.qm, dx, nt, dbias.get(), nullptr, dres.get(), cuda::MmaKernel::Direct);
+                const auto staged =
+                    run_mma(dw.qm, dx, nt, dbias.get(), nullptr, dres.get(), cuda::MmaKernel::Staged);
+                ASSERT_EQ(std::memcmp(direct.data(), staged.data(), direct.size() * sizeof(float)), 0)
+                    << n_out << "x" << n_in << " nt=" << nt;
+            }
+        }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMma, ::testing::ValuesIn(kTypes), type_name);

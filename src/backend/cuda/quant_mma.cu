@@ -32,9 +32,6 @@ namespace minfer::cuda {
 namespace {
 
 using qblocks::h2f;
-using qblocks::ld16;
-using qblocks::ld32_a2;
-using qblocks::ld_words_a2;
 using qblocks::spread_bit4;
 
 constexpr int kWarps = 4;                      // warps of a thread block
@@ -42,6 +39,8 @@ constexpr int kMt = 2;                         // m16 tiles of a warp
 constexpr int kBlockRows = kWarps * kMt * 16;  // rows of a thread block
 constexpr int kXBlock = 64;  // bytes of one column's 32-element block: per lane t, 8 hi then 8 lo levels
 constexpr int kMaxSplits = 16;
+// Products of at least this many columns take the staged kernel when its stages fit the rows (Auto).
+constexpr int64_t kStagedFrom = 2;
 
 // Quantized x: levels [nt8][nb32][64] int8, then steps [nb32][nt8] float2 {d, d * sum(254 hi + lo)};
 // columns nt..nt8-1 are zero.
@@ -66,8 +65,33 @@ struct MmaArgs {
     float* part;  // [splits][nt][n_out], or null when unsplit
 };
 
+// Plain loads, so that the formats read a weight block in global memory (the direct kernel) or staged in
+// shared memory (the staged kernel) alike.
+template <class T>
+__device__ __forceinline__ T ld(const uint8_t* p) {
+    return *reinterpret_cast<const T*>(p);
+}
 __device__ __forceinline__ uint2 ld64(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const uint2*>(p));
+    return ld<uint2>(p);
+}
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
+    return ld<unsigned short>(p);
+}
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {  // 32 bits from a 2-byte aligned address
+    return ld16(p) | ld16(p + 2) << 16;
+}
+// The N 32-bit words at the 2-byte aligned address p, from aligned 32-bit loads joined by funnel shifts
+// (quant_blocks.cuh's ld_words_a2); the first load may read the two bytes before p, inside the block's row.
+template <int N>
+__device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
+    const auto* a = reinterpret_cast<const unsigned int*>(uintptr_t(p) & ~uintptr_t(3));
+    const uint32_t shift = (uintptr_t(p) & 2) * 8;
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = a[i];
+    v[N] = ld16(p + 4 * N - 2);
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }
 
 // Weight formats. kSub 32-element blocks per weight block of kBytes bytes; levels() gives lane t's eight
@@ -82,7 +106,7 @@ struct Q4K {
         uint32_t q[3];  // the 12 bytes of 6-bit scales and minimums
     };
     __device__ static Head head(const uint8_t* b) {
-        const uint4 h = __ldg(reinterpret_cast<const uint4*>(b));
+        const uint4 h = ld<uint4>(b);
         const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
         return {dm.x, dm.y, {h.y, h.z, h.w}};
     }
@@ -117,7 +141,7 @@ struct Q6K {
         uint32_t sc[4];
     };
     __device__ static Head head(const uint8_t* b) {
-        const uint4 s = __ldg(reinterpret_cast<const uint4*>(b + 192));
+        const uint4 s = ld<uint4>(b + 192);
         return {h2f(ld16(b + 208)), {s.x, s.y, s.z, s.w}};
     }
     __device__ static void scales(const Head& h, int j, float (&ws)[2], float& wm) {
@@ -203,6 +227,26 @@ __device__ __forceinline__ void tile_sums(const uint32_t (&a)[4], const int4& xb
     }
 }
 
+// acc += one m16n8 tile's block: its exact integer sums times x's step and the weights' scales, minus
+// the minimum term (e: row g + 8 (e / 2), column 2t + e % 2). Both kernels add a block through this one
+// function, so their f32 arithmetic is the same instruction for instruction.
+template <class W>
+__device__ __forceinline__ void scaled_tile(const uint32_t (&aw)[4], const int4& xb, const float4& st,
+                                            const float (&ws)[2][W::kHalves], const float (&wm)[2], int t,
+                                            float (&acc)[4]) {
+    int sum[W::kHalves][4];
+    tile_sums<W>(aw, xb, t, sum);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float dx = e % 2 ? st.z : st.x, sx = e % 2 ? st.w : st.y;
+        float v = acc[e];
+#pragma unroll
+        for (int h = 0; h < W::kHalves; ++h) v = fmaf(float(sum[h][e]) * dx, ws[e / 2][h], v);
+        if constexpr (W::kMin) v = fmaf(-wm[e / 2], sx, v);
+        acc[e] = v;
+    }
+}
+
 // One 32-element block j of weight block b: every tile of the warp's rows and columns.
 template <class W, int kNb>
 __device__ __forceinline__ void block_step(const MmaArgs& a, const uint8_t* const (&rows)[kMt][2],
@@ -226,26 +270,39 @@ __device__ __forceinline__ void block_step(const MmaArgs& a, const uint8_t* cons
         const int4 xb = __ldg(reinterpret_cast<const int4*>(a.xq + ((col + g) * nb32 + kb) * kXBlock) + t);
         const float4 st = __ldg(reinterpret_cast<const float4*>(a.xm + kb * a.nt8 + col + 2 * t));
 #pragma unroll
-        for (int m = 0; m < kMt; ++m) {
-            int sum[W::kHalves][4];
-            tile_sums<W>(aw[m], xb, t, sum);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {  // e: row g + 8 (e / 2), column 2t + e % 2
-                const float dx = e % 2 ? st.z : st.x, sx = e % 2 ? st.w : st.y;
-                float v = acc[m][n][e];
-#pragma unroll
-                for (int h = 0; h < W::kHalves; ++h) v = fmaf(float(sum[h][e]) * dx, ws[m][e / 2][h], v);
-                if constexpr (W::kMin) v = fmaf(-wm[m][e / 2], sx, v);
-                acc[m][n][e] = v;
-            }
-        }
+        for (int m = 0; m < kMt; ++m) scaled_tile<W>(aw[m], xb, st, ws[m], wm[m], t, acc[m][n]);
     }
+}
+
+// A warp's outputs: rows r0.., columns c0.. (split z's partial sums when split).
+template <int kNb>
+__device__ __forceinline__ void store_tiles(const MmaArgs& a, int r0, int c0,
+                                            const float (&acc)[kMt][kNb][4]) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int m = 0; m < kMt; ++m)
+#pragma unroll
+        for (int n = 0; n < kNb; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + 16 * m + 8 * (e / 2) + g, c = c0 + 8 * n + 2 * t + e % 2;
+                if (r >= a.n_out || c >= a.nt) continue;
+                const int64_t i = int64_t(c) * a.n_out + r;
+                if (a.part) {
+                    a.part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
+                    continue;
+                }
+                float v = acc[m][n][e];
+                if (a.bias) v += a.bias[r];
+                if (a.res) v += a.res[i];
+                a.y[i] = v;
+            }
 }
 
 template <class W, int kNb>
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
     begin_kernel();
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int g = threadIdx.x % 32 / 4;
     const int r0 = int(blockIdx.x) * kBlockRows + int(threadIdx.x / 32) * kMt * 16;
     if (r0 >= a.n_out) return;
     const int c0 = int(blockIdx.y) * 8 * kNb;
@@ -266,24 +323,153 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
 #pragma unroll
         for (int j = 0; j < W::kSub; ++j) block_step<W, kNb>(a, rows, hd, b, j, c0, acc);
     }
+    store_tiles<kNb>(a, r0, c0, acc);
+}
+
+// The staged kernel: a thread block's weights and x for one stage (256 elements of each row for the
+// K-quants, four 32-element blocks for the others) are copied into shared memory with cp.async, kStages
+// - 1 stages ahead of the tensor cores, so the loads of later stages overlap the products of this one
+// (the direct kernel waits on each load). Same warp tiles, same block order, same scaled_tile: for equal
+// splits its outputs are bit for bit the direct kernel's.
+template <class W>
+struct StageOf {
+    static constexpr int kBlocks = W::kSub == 1 ? 4 : 1;  // weight blocks of a row per stage
+    static constexpr int kSub = W::kSub * kBlocks;        // 32-element blocks per stage: 8 or 4
+    static constexpr int kRowBytes = W::kBytes * kBlocks;
+    static constexpr int kChunk = kRowBytes % 16 == 0 ? 16 : 8;  // cp.async size (8: 32-element formats)
+    // Rows 32 mod 128 bytes apart: lanes (g, t) reading 8 bytes at g * stride + 8 t hit distinct banks.
+    static constexpr int kRowStride = (kRowBytes - 32 + 127) / 128 * 128 + 32;
+    // Columns 64 mod 128 bytes apart: a quarter warp's 16-byte loads of two columns hit distinct banks.
+    static constexpr int kXStride = kSub * kXBlock + 64;
+    static constexpr int kWBytes = kBlockRows * kRowStride;
+    __host__ __device__ static constexpr int bytes(int cols) {
+        return kWBytes + cols * (kXStride + kSub * 8);
+    }
+    // Two thread blocks per SM with 2-4 stages when they fit, else one with up to 4.
+    __host__ __device__ static constexpr int stages(int cols) {
+        const int two = (113 << 10) / bytes(cols), one = (226 << 10) / bytes(cols);
+        return two >= 2 ? (two < 4 ? two : 4) : (one < 4 ? one : 4);
+    }
+};
+
+template <int N>
+__device__ __forceinline__ void cp_async(uint8_t* smem, const void* gmem) {
+    const auto dst = unsigned(__cvta_generic_to_shared(smem));
+    if constexpr (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(gmem), "n"(N));
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Stage k of rows rb.. (rows past n_out repeat the last one) into dst: [kBlockRows][kRowStride].
+template <class W>
+__device__ __forceinline__ void stage_weights(const MmaArgs& a, int rb, int k, uint8_t* dst) {
+    using S = StageOf<W>;
+    constexpr int kPerRow = S::kRowBytes / S::kChunk;
+    for (int i = int(threadIdx.x); i < kBlockRows * kPerRow; i += kWarps * 32) {
+        const int r = i / kPerRow, c = i % kPerRow;
+        const uint8_t* src =
+            a.w + int64_t(min(rb + r, a.n_out - 1)) * a.row_bytes + int64_t(k) * S::kRowBytes + c * S::kChunk;
+        cp_async<S::kChunk>(dst + r * S::kRowStride + c * S::kChunk, src);
+    }
+}
+
+// Stage k of x's columns c0..c0 + cols into dst: levels [kCols][kXStride], then steps [kSub][kCols].
+template <class W, int kCols>
+__device__ __forceinline__ void stage_x(const MmaArgs& a, int c0, int cols, int k, uint8_t* dst) {
+    using S = StageOf<W>;
+    constexpr int kPerCol = S::kSub * kXBlock / 16;
+    const int64_t nb32 = int64_t(a.nb) * W::kSub, kb = int64_t(k) * S::kSub;
+    for (int i = int(threadIdx.x); i < cols * kPerCol; i += kWarps * 32) {
+        const int c = i / kPerCol, q = i % kPerCol;
+        cp_async<16>(dst + c * S::kXStride + q * 16, a.xq + ((c0 + c) * nb32 + kb) * kXBlock + q * 16);
+    }
+    uint8_t* steps = dst + kCols * S::kXStride;
+    const int per_row = cols / 2;  // 16-byte pieces of a row of cols float2
+    for (int i = int(threadIdx.x); i < S::kSub * per_row; i += kWarps * 32) {
+        const int j = i / per_row, q = i % per_row;
+        cp_async<16>(steps + (j * kCols + 2 * q) * 8, a.xm + (kb + j) * a.nt8 + c0 + 2 * q);
+    }
+}
+
+// Every block of a staged stage: the warp's two m16 tiles by its cols (a multiple of 8) columns.
+template <class W, int kNb>
+__device__ __forceinline__ void stage_math(const uint8_t* wst, const uint8_t* xst, int cols,
+                                           float (&acc)[kMt][kNb][4]) {
+    using S = StageOf<W>;
+    constexpr int kCols = 8 * kNb;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, warp = int(threadIdx.x / 32);
+    const uint8_t* rows[kMt][2];
 #pragma unroll
     for (int m = 0; m < kMt; ++m)
 #pragma unroll
-        for (int n = 0; n < kNb; ++n)
+        for (int h = 0; h < 2; ++h) rows[m][h] = wst + (warp * kMt * 16 + 16 * m + 8 * h + g) * S::kRowStride;
+    const auto* steps = reinterpret_cast<const float2*>(xst + kCols * S::kXStride);
+    typename W::Head hd[kMt][2];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + 16 * m + 8 * (e / 2) + g, c = c0 + 8 * n + 2 * t + e % 2;
-                if (r >= a.n_out || c >= a.nt) continue;
-                const int64_t i = int64_t(c) * a.n_out + r;
-                if (a.part) {
-                    a.part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
-                    continue;
-                }
-                float v = acc[m][n][e];
-                if (a.bias) v += a.bias[r];
-                if (a.res) v += a.res[i];
-                a.y[i] = v;
+    for (int j = 0; j < S::kSub; ++j) {
+        const int blk = j / W::kSub * W::kBytes, sub = j % W::kSub;
+        uint32_t aw[kMt][4];
+        float ws[kMt][2][W::kHalves], wm[kMt][2];
+#pragma unroll
+        for (int m = 0; m < kMt; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (sub == 0) hd[m][h] = W::head(rows[m][h] + blk);
+                W::scales(hd[m][h], sub, ws[m][h], wm[m][h]);
             }
+            W::levels(rows[m][0] + blk, sub, t, aw[m][0], aw[m][2]);
+            W::levels(rows[m][1] + blk, sub, t, aw[m][1], aw[m][3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kNb; ++n) {
+            if (8 * n >= cols) break;  // uniform across the block
+            const int4 xb =
+                *reinterpret_cast<const int4*>(xst + (8 * n + g) * S::kXStride + j * kXBlock + 16 * t);
+            const float4 st = *reinterpret_cast<const float4*>(steps + j * kCols + 8 * n + 2 * t);
+#pragma unroll
+            for (int m = 0; m < kMt; ++m) scaled_tile<W>(aw[m], xb, st, ws[m], wm[m], t, acc[m][n]);
+        }
+    }
+}
+
+// Grid: x column tiles of 8 kNb, y row blocks, z splits. The weights of the first stages are requested
+// before waiting for the previous kernel (they do not depend on it); x after.
+template <class W, int kNb, int kStages>
+__global__ void __launch_bounds__(kWarps * 32) staged_kernel(MmaArgs a) {
+    using S = StageOf<W>;
+    constexpr int kCols = 8 * kNb, kStageBytes = S::bytes(kCols);
+    extern __shared__ __align__(16) uint8_t smem[];
+    release_next();
+    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
+    const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
+    const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
+    auto buf = [&](int i) { return smem + (i % kStages) * kStageBytes; };
+    for (int i = 0; i < kStages - 1 && i < n; ++i) stage_weights<W>(a, rb, k0 + i, buf(i));
+    wait_for_inputs();
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n) stage_x<W, kCols>(a, c0, cols, k0 + i, buf(i) + S::kWBytes);
+        cp_commit();
+    }
+    float acc[kMt][kNb][4] = {};
+    for (int i = 0; i < n; ++i) {
+        cp_wait<kStages - 2>();
+        __syncthreads();  // stage i is in, and every warp is done with the buffer refilled next
+        if (const int next = i + kStages - 1; next < n) {
+            stage_weights<W>(a, rb, k0 + next, buf(next));
+            stage_x<W, kCols>(a, c0, cols, k0 + next, buf(next) + S::kWBytes);
+        }
+        cp_commit();
+        stage_math<W, kNb>(buf(i), buf(i) + S::kWBytes, cols, acc);
+    }
+    store_tiles<kNb>(a, rb + int(threadIdx.x / 32) * kMt * 16, c0, acc);
 }
 
 // y = the splits' partial sums added in split order (+ bias) (+ res).
@@ -326,41 +512,81 @@ __global__ void quantize_kernel(const float* x, int64_t n_in, int nt, int nt8, i
 
 struct Layout {
     int block_elems, block_bytes;
+    int stage_blocks;  // weight blocks per stage of the staged kernel (StageOf::kBlocks)
 };
 
 Layout layout_of(GgmlType t) {
     switch (t) {
         case GgmlType::Q4_K:
-            return {256, Q4K::kBytes};
+            return {256, Q4K::kBytes, StageOf<Q4K>::kBlocks};
         case GgmlType::Q6_K:
-            return {256, Q6K::kBytes};
+            return {256, Q6K::kBytes, StageOf<Q6K>::kBlocks};
         case GgmlType::Q8_0:
-            return {32, Q8_0::kBytes};
+            return {32, Q8_0::kBytes, StageOf<Q8_0>::kBlocks};
         case GgmlType::Q5_0:
-            return {32, Block32<true>::kBytes};
+            return {32, Block32<true>::kBytes, StageOf<Block32<true>>::kBlocks};
         case GgmlType::Q4_0:
-            return {32, Block32<false>::kBytes};
+            return {32, Block32<false>::kBytes, StageOf<Block32<false>>::kBlocks};
         default:
             throw Error(std::string("CUDA matmul_mma: no tensor-core product for ") + ggml_type_name(t));
     }
 }
 
 // Contiguous ranges of each row's blocks, one per thread block along z, so that a matrix of few row
-// blocks still fills the device (two thread blocks per SM); a function of the shape and the device.
-int splits_of(int64_t n_out, int64_t nb) {
-    const int64_t row_blocks = (n_out + kBlockRows - 1) / kBlockRows, sms = gpu_warps() / 32;
+// blocks still fills the device (two thread blocks per SM): a function of the shape and the device. The
+// ranges are whole stages when the rows are (both kernels then split alike, and agree bit for bit).
+struct Split {
+    int splits, per_split;  // per_split: weight blocks of each range but the last
+    bool staged;            // the rows are whole stages: the staged kernel can run
+};
+
+Split split_of(const QMatrix& w) {
+    const Layout l = layout_of(w.type);
+    const int64_t nb = w.n_in / l.block_elems;
+    const bool staged = nb % l.stage_blocks == 0;
+    const int64_t unit = staged ? l.stage_blocks : 1, units = nb / unit;
+    const int64_t row_blocks = (w.n_out + kBlockRows - 1) / kBlockRows, sms = gpu_warps() / 32;
     const int64_t want = std::clamp<int64_t>((2 * sms + row_blocks - 1) / row_blocks, 1, kMaxSplits);
-    const int64_t per = (nb + std::min(want, nb) - 1) / std::min(want, nb);
-    return int((nb + per - 1) / per);
+    const int64_t per = (units + std::min(want, units) - 1) / std::min(want, units) * unit;
+    return {int((nb + per - 1) / per), int(per), staged};
 }
 
 template <class W>
-void launch_type(MmaArgs a, dim3 grid, int nb8, Stream s) {
-    const dim3 block(kWarps * 32);
-    if (nb8 >= 8) return launch("mma matmul kernel", mma_kernel<W, 8>, grid, block, 0, s, a);
-    if (nb8 >= 4) return launch("mma matmul kernel", mma_kernel<W, 4>, grid, block, 0, s, a);
-    if (nb8 >= 2) return launch("mma matmul kernel", mma_kernel<W, 2>, grid, block, 0, s, a);
+void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
+    const int cols = nb8 >= 8 ? 8 : nb8 >= 4 ? 4 : nb8 >= 2 ? 2 : 1;
+    const dim3 grid(unsigned((a.n_out + kBlockRows - 1) / kBlockRows), unsigned((nb8 + cols - 1) / cols),
+                    unsigned(splits)),
+        block(kWarps * 32);
+    if (cols == 8) return launch("mma matmul kernel", mma_kernel<W, 8>, grid, block, 0, s, a);
+    if (cols == 4) return launch("mma matmul kernel", mma_kernel<W, 4>, grid, block, 0, s, a);
+    if (cols == 2) return launch("mma matmul kernel", mma_kernel<W, 2>, grid, block, 0, s, a);
     launch("mma matmul kernel", mma_kernel<W, 1>, grid, block, 0, s, a);
+}
+
+template <class W, int kNb>
+void launch_staged_tile(const MmaArgs& a, int nb8, int splits, Stream s) {
+    constexpr int kStages = StageOf<W>::stages(8 * kNb), kBytes = kStages * StageOf<W>::bytes(8 * kNb);
+    const auto kernel = staged_kernel<W, kNb, kStages>;
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    MINFER_CUDA_CHECK(opt_in);
+    const dim3 grid(unsigned((nb8 + kNb - 1) / kNb), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
+                    unsigned(splits));
+    launch("mma staged kernel", kernel, grid, dim3(kWarps * 32), size_t(kBytes), s, a);
+}
+
+template <class W>
+void launch_staged(const MmaArgs& a, int nb8, int splits, Stream s) {
+    if (nb8 > 4) return launch_staged_tile<W, 8>(a, nb8, splits, s);
+    if (nb8 > 2) return launch_staged_tile<W, 4>(a, nb8, splits, s);
+    if (nb8 > 1) return launch_staged_tile<W, 2>(a, nb8, splits, s);
+    launch_staged_tile<W, 1>(a, nb8, splits, s);
+}
+
+template <class W>
+void launch_type(const MmaArgs& a, int nb8, const Split& sp, bool staged, Stream s) {
+    if (staged) return launch_staged<W>(a, nb8, sp.splits, s);
+    launch_direct<W>(a, nb8, sp.splits, s);
 }
 
 }  // namespace
@@ -385,9 +611,8 @@ size_t mma_x_bytes(int64_t n_in, int64_t nt) {
 }
 
 size_t mma_scratch_floats(const QMatrix& w, int64_t nt) {
-    const Layout l = layout_of(w.type);
-    const int splits = splits_of(w.n_out, w.n_in / l.block_elems);
-    return splits > 1 ? size_t(splits) * size_t(nt * w.n_out) : 0;
+    const Split sp = split_of(w);
+    return sp.splits > 1 ? size_t(sp.splits) * size_t(nt * w.n_out) : 0;
 }
 
 void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s) {
@@ -402,53 +627,52 @@ void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s
 }
 
 void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
-                float* scratch, Stream s) {
+                float* scratch, Stream s, MmaKernel kernel) {
     if (!mma_fits(w)) throw Error("CUDA matmul_mma: matrix type or layout not supported");
     if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 16 != 0)
         throw Error("CUDA matmul_mma: weights and x must be 16-byte aligned");
     if (w.n_out == 0 || nt == 0) return;
     const Layout l = layout_of(w.type);
     const int64_t nb = w.n_in / l.block_elems;
-    const int splits = splits_of(w.n_out, nb);
-    if (splits > 1 && !scratch) throw Error("CUDA matmul_mma: split product without scratch");
+    const Split sp = split_of(w);
+    if (sp.splits > 1 && !scratch) throw Error("CUDA matmul_mma: split product without scratch");
+    const bool staged =
+        sp.staged && (kernel == MmaKernel::Staged || (kernel == MmaKernel::Auto && nt >= kStagedFrom));
     const auto* q = static_cast<const int8_t*>(xq);
-    MmaArgs a{static_cast<const uint8_t*>(w.data),
-              nb * l.block_bytes,
-              int(w.n_out),
-              int(nt),
-              int(cols8(nt)),
-              int(nb),
-              int((nb + splits - 1) / splits),
-              q,
-              reinterpret_cast<const float2*>(q + levels_bytes(w.n_in, nt)),
-              y,
-              bias,
-              res,
-              splits > 1 ? scratch : nullptr};
+    const MmaArgs a{static_cast<const uint8_t*>(w.data),
+                    nb * l.block_bytes,
+                    int(w.n_out),
+                    int(nt),
+                    int(cols8(nt)),
+                    int(nb),
+                    sp.per_split,
+                    q,
+                    reinterpret_cast<const float2*>(q + levels_bytes(w.n_in, nt)),
+                    y,
+                    bias,
+                    res,
+                    sp.splits > 1 ? scratch : nullptr};
     const int nb8 = int(cols8(nt) / 8);
-    const int cols_per = nb8 >= 8 ? 8 : nb8 >= 4 ? 4 : nb8 >= 2 ? 2 : 1;
-    const dim3 grid(unsigned((w.n_out + kBlockRows - 1) / kBlockRows),
-                    unsigned((nb8 + cols_per - 1) / cols_per), unsigned(splits));
     switch (w.type) {
         case GgmlType::Q4_K:
-            launch_type<Q4K>(a, grid, nb8, s);
+            launch_type<Q4K>(a, nb8, sp, staged, s);
             break;
         case GgmlType::Q6_K:
-            launch_type<Q6K>(a, grid, nb8, s);
+            launch_type<Q6K>(a, nb8, sp, staged, s);
             break;
         case GgmlType::Q8_0:
-            launch_type<Q8_0>(a, grid, nb8, s);
+            launch_type<Q8_0>(a, nb8, sp, staged, s);
             break;
         case GgmlType::Q5_0:
-            launch_type<Block32<true>>(a, grid, nb8, s);
+            launch_type<Block32<true>>(a, nb8, sp, staged, s);
             break;
         default:
-            launch_type<Block32<false>>(a, grid, nb8, s);
+            launch_type<Block32<false>>(a, nb8, sp, staged, s);
             break;
     }
-    if (splits == 1) return;
+    if (sp.splits == 1) return;
     const int64_t n = nt * w.n_out;
-    launch("mma reduce kernel", reduce_kernel, unsigned((n + 255) / 256), 256, 0, s, scratch, splits, n,
+    launch("mma reduce kernel", reduce_kernel, unsigned((n + 255) / 256), 256, 0, s, scratch, sp.splits, n,
            int(w.n_out), bias, res, y);
 }
 

@@ -26,9 +26,14 @@ size_t mma_scratch_floats(const QMatrix& w, int64_t nt);
 // steps as quantize_x8), in the layout matmul_mma reads.
 void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s);
 
+// Which kernel computes the product: Direct loads each block from global memory as it multiplies it;
+// Staged copies the weights and x into shared memory stages ahead (cp.async), for rows of whole stages
+// (K-quants, or a multiple of four 32-element blocks; otherwise Direct). Both give the same bits.
+enum class MmaKernel : uint8_t { Auto, Direct, Staged };
+
 // y[t][r] = sum_i w[r][i] * xq[t][i] + bias[r] (bias may be null) + res[t][r] (res may be null, may
 // alias y) for t < nt; scratch holds mma_scratch_floats(w, nt) floats (null when that is 0).
 void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
-                float* scratch, Stream s);
+                float* scratch, Stream s, MmaKernel kernel = MmaKernel::Auto);
 
 }  // namespace minfer::cuda
