@@ -19,18 +19,14 @@
 #include <vector>
 
 #include "backend/cuda/quant_cuda.h"
+#include "cuda_bench_util.h"
 #include "quant/quants.h"
 
 namespace {
 
 using namespace minfer;
-
-void check(cudaError_t e) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
+using cuda_bench::check;
+using cuda_bench::host_matrix;
 
 struct Shape {
     const char* name;
@@ -48,20 +44,6 @@ const Shape kShapes[] = {{"7b.qkv", 3584, 4608, false},       {"7b.o", 3584, 358
 
 const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                            GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F16};
-
-// n_out rows of valid blocks: 64 rows quantized from random floats, repeated.
-std::vector<uint8_t> host_matrix(GgmlType t, int64_t n_in, int64_t n_out, std::mt19937& rng) {
-    const QuantTraits& q = *quant_traits(t);
-    const size_t row = quant_row_bytes(q, n_in);
-    std::normal_distribution<float> dist(0.0f, 0.02f);
-    std::vector<float> src(size_t(64 * n_in));
-    for (float& v : src) v = dist(rng);
-    std::vector<uint8_t> tile(row * 64), out(row * size_t(n_out));
-    q.from_float_ref(src.data(), tile.data(), 64 * n_in);
-    for (int64_t r = 0; r < n_out; ++r)
-        std::copy_n(tile.data() + row * size_t(r % 64), row, out.data() + row * r);
-    return out;
-}
 
 double copy_bandwidth(cudaStream_t s) {
     const size_t n = size_t(1) << 30;

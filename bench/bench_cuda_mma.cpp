@@ -17,18 +17,14 @@
 
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda/quant_mma.h"
+#include "cuda_bench_util.h"
 #include "quant/quants.h"
 
 namespace {
 
 using namespace minfer;
-
-void check(cudaError_t e) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
+using cuda_bench::check;
+using cuda_bench::host_matrix;
 
 struct Shape {
     const char* name;
@@ -44,19 +40,6 @@ const Shape kShapes[] = {
     {"7b.down6", 18944, 3584, GgmlType::Q6_K},    {"7b.lm_head", 3584, 152064, GgmlType::Q6_K},
     {"0.5b.gate", 896, 4864, GgmlType::Q5_0},     {"0.5b.down", 4864, 896, GgmlType::Q4_K},
     {"0.5b.lm_head", 896, 151936, GgmlType::Q8_0}};
-
-std::vector<uint8_t> host_matrix(GgmlType t, int64_t n_in, int64_t n_out, std::mt19937& rng) {
-    const QuantTraits& q = *quant_traits(t);
-    const size_t row = quant_row_bytes(q, n_in);
-    std::normal_distribution<float> dist(0.0f, 0.02f);
-    std::vector<float> src(size_t(64 * n_in));
-    for (float& v : src) v = dist(rng);
-    std::vector<uint8_t> tile(row * 64), out(row * size_t(n_out));
-    q.from_float_ref(src.data(), tile.data(), 64 * n_in);
-    for (int64_t r = 0; r < n_out; ++r)
-        std::copy_n(tile.data() + row * size_t(r % 64), row, out.data() + row * r);
-    return out;
-}
 
 void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStream_t s, std::mt19937& rng) {
     const bool pad = sh.type == GgmlType::Q6_K;

@@ -25,26 +25,37 @@ namespace minfer::cuda::qblocks {
 __device__ __forceinline__ float h2f(uint32_t h) {
     return __half2float(__ushort_as_half(uint16_t(h)));
 }
+// kReadOnly: through the read-only data path (__ldg: global memory the kernel never writes); false: plain
+// loads, for blocks that may be staged in shared memory (quant_mma.cu).
+template <bool kReadOnly = true>
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const unsigned short*>(p));
+    const auto* q = reinterpret_cast<const unsigned short*>(p);
+    if constexpr (kReadOnly) return __ldg(q);
+    return *q;
 }
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
     return __ldg(reinterpret_cast<const unsigned int*>(p));
 }
+template <bool kReadOnly = true>
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {  // 32 bits from a 2-byte aligned address
-    return ld16(p) | ld16(p + 2) << 16;
+    return ld16<kReadOnly>(p) | ld16<kReadOnly>(p + 2) << 16;
 }
 // The N 32-bit words at the 2-byte aligned address p, from N aligned 32-bit loads and one 16-bit load joined
 // by funnel shifts (about half the load instructions of 16-bit pieces). When p is 2 mod 4 the first load
 // also reads the two bytes before p, which lie in the matrix: matrices start 16-byte aligned.
-template <int N>
+template <int N, bool kReadOnly = true>
 __device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
     const auto* a = reinterpret_cast<const unsigned int*>(uintptr_t(p) & ~uintptr_t(3));
     const uint32_t shift = (uintptr_t(p) & 2) * 8;
     uint32_t v[N + 1];
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = __ldg(a + i);
-    v[N] = ld16(p + 4 * N - 2);
+    for (int i = 0; i < N; ++i) {
+        if constexpr (kReadOnly)
+            v[i] = __ldg(a + i);
+        else
+            v[i] = a[i];
+    }
+    v[N] = ld16<kReadOnly>(p + 4 * N - 2);
 #pragma unroll
     for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }

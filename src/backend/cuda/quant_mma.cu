@@ -74,24 +74,16 @@ __device__ __forceinline__ T ld(const uint8_t* p) {
 __device__ __forceinline__ uint2 ld64(const uint8_t* p) {
     return ld<uint2>(p);
 }
+// A block's 16- and 32-bit pieces, wherever it is (global or shared memory).
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
-    return ld<unsigned short>(p);
+    return qblocks::ld16<false>(p);
 }
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {  // 32 bits from a 2-byte aligned address
-    return ld16(p) | ld16(p + 2) << 16;
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
+    return qblocks::ld32_a2<false>(p);
 }
-// The N 32-bit words at the 2-byte aligned address p, from aligned 32-bit loads joined by funnel shifts
-// (quant_blocks.cuh's ld_words_a2); the first load may read the two bytes before p, inside the block's row.
 template <int N>
 __device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
-    const auto* a = reinterpret_cast<const unsigned int*>(uintptr_t(p) & ~uintptr_t(3));
-    const uint32_t shift = (uintptr_t(p) & 2) * 8;
-    uint32_t v[N + 1];
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = a[i];
-    v[N] = ld16(p + 4 * N - 2);
-#pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], shift);
+    qblocks::ld_words_a2<N, false>(p, w);
 }
 
 // Weight formats. kSub 32-element blocks per weight block of kBytes bytes; levels() gives lane t's eight
@@ -160,15 +152,20 @@ struct Q6K {
     }
 };
 
-// Q8_0 (34 bytes: d, qs[32]), 2-byte aligned.
-struct Q8_0 {
-    static constexpr int kSub = 1, kBytes = 34, kHalves = 1;
+// The 32-element formats' common part: one half scale d at the block's start, no minimum.
+struct ScaledBlock32 {
+    static constexpr int kSub = 1, kHalves = 1;
     static constexpr bool kMin = false;
     struct Head {
         float d;
     };
     __device__ static Head head(const uint8_t* b) { return {h2f(ld16(b))}; }
     __device__ static void scales(const Head& h, int, float (&ws)[1], float& wm) { ws[0] = h.d, wm = 0.0f; }
+};
+
+// Q8_0 (34 bytes: d, qs[32]), 2-byte aligned.
+struct Q8_0 : ScaledBlock32 {
+    static constexpr int kBytes = 34;
     __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
         uint32_t w[2];
         ld_words_a2<2>(b + 2 + 8 * t, w);
@@ -180,14 +177,8 @@ struct Q8_0 {
 // the low nibble of qs[l], l >= 16 the high nibble of qs[l - 16], Q5_0's fifth bit is bit l of qh;
 // w = d * (q - 8) or d * (q - 16), as signed levels.
 template <bool kQ5>
-struct Block32 {
-    static constexpr int kSub = 1, kBytes = kQ5 ? 22 : 18, kHalves = 1;
-    static constexpr bool kMin = false;
-    struct Head {
-        float d;
-    };
-    __device__ static Head head(const uint8_t* b) { return {h2f(ld16(b))}; }
-    __device__ static void scales(const Head& h, int, float (&ws)[1], float& wm) { ws[0] = h.d, wm = 0.0f; }
+struct Block32 : ScaledBlock32 {
+    static constexpr int kBytes = kQ5 ? 22 : 18;
     __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
         uint32_t w[2];
         ld_words_a2<2>(b + (kQ5 ? 6 : 2) + 8 * (t % 2), w);
