@@ -117,16 +117,8 @@ void bench(const Shape& sh, GgmlType t, Layout layout, int iters, double peak, b
         else
             cuda::matvec(w, x, 1, y, nullptr, nullptr, s);
     };
-    for (int i = 0; i < copies; ++i) call(i);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    cudaEventRecord(e0, s);
-    for (int i = 0; i < iters; ++i) call(i);
-    cudaEventRecord(e1, s);
-    check(cudaEventSynchronize(e1));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    const double us = ms * 1e3 / iters, gbs = double(bytes) / (us * 1e-6) / 1e9;
+    const double us = cuda_bench::us_per_call(call, copies, iters, s),
+                 gbs = double(bytes) / (us * 1e-6) / 1e9;
     const char* suffix = once     ? (x2 ? "/o2" : "/o")
                          : i8     ? (x2 ? "/i2" : "/i")
                          : tiled  ? "/t"

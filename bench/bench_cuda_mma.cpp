@@ -78,17 +78,8 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
                 cuda::quantize_x_mma(x, sh.n_in, nt, xq, s);
                 cuda::matmul_mma(w, xq, nt, y, nullptr, nullptr, scratch, s, kernel);
             };
-            for (int i = 0; i < copies; ++i) call(i);
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0), cudaEventCreate(&e1);
-            cudaEventRecord(e0, s);
-            for (int i = 0; i < iters; ++i) call(i);
-            cudaEventRecord(e1, s);
-            check(cudaEventSynchronize(e1));
-            check(cudaGetLastError());
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
-            const double us = ms * 1e3 / iters, gbs = double(stored) / (us * 1e-6) / 1e9;
+            const double us = cuda_bench::us_per_call(call, copies, iters, s),
+                         gbs = double(stored) / (us * 1e-6) / 1e9;
             const double outs = double(sh.n_out) * double(nt) * double(sh.n_in / 32) / (us * 1e-6);
             std::printf("| %-12s | %-4s | %-6s | %4lld | %8.2f | %6.0f | %7.1f |\n", sh.name,
                         quant_traits(sh.type)->name, kname, (long long)nt, us, gbs, outs / 1e9);

@@ -20,6 +20,25 @@ inline void check(cudaError_t e) {
     }
 }
 
+// Microseconds per call of call(i) on stream s: `copies` warm-up calls (each on its own copy of the
+// data), then `iters` timed between two events.
+template <class Call>
+double us_per_call(const Call& call, int copies, int iters, cudaStream_t s) {
+    for (int i = 0; i < copies; ++i) call(i);
+    cudaEvent_t e0, e1;
+    check(cudaEventCreate(&e0));
+    check(cudaEventCreate(&e1));
+    check(cudaEventRecord(e0, s));
+    for (int i = 0; i < iters; ++i) call(i);
+    check(cudaEventRecord(e1, s));
+    check(cudaEventSynchronize(e1));
+    check(cudaGetLastError());
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms * 1e3 / iters;
+}
+
 // n_out rows of valid blocks: 64 rows quantized from random floats, repeated.
 inline std::vector<uint8_t> host_matrix(GgmlType t, int64_t n_in, int64_t n_out, std::mt19937& rng) {
     const QuantTraits& q = *quant_traits(t);
