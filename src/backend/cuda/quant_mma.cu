@@ -359,12 +359,13 @@ __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// Stage k of rows rb.. (rows past n_out repeat the last one) into dst: [kBlockRows][kRowStride].
-template <class W>
+// Stage k of rows rb.. (rows past n_out repeat the last one) into dst: [kBlockRows][kRowStride], copied
+// by kThreads threads.
+template <class W, int kThreads>
 __device__ __forceinline__ void stage_weights(const MmaArgs& a, int rb, int k, uint8_t* dst) {
     using S = StageOf<W>;
     constexpr int kPerRow = S::kRowBytes / S::kChunk;
-    for (int i = int(threadIdx.x); i < kBlockRows * kPerRow; i += kWarps * 32) {
+    for (int i = int(threadIdx.x); i < kBlockRows * kPerRow; i += kThreads) {
         const int r = i / kPerRow, c = i % kPerRow;
         const uint8_t* src =
             a.w + int64_t(min(rb + r, a.n_out - 1)) * a.row_bytes + int64_t(k) * S::kRowBytes + c * S::kChunk;
@@ -373,35 +374,35 @@ __device__ __forceinline__ void stage_weights(const MmaArgs& a, int rb, int k, u
 }
 
 // Stage k of x's columns c0..c0 + cols into dst: levels [kCols][kXStride], then steps [kSub][kCols].
-template <class W, int kCols>
+template <class W, int kCols, int kThreads>
 __device__ __forceinline__ void stage_x(const MmaArgs& a, int c0, int cols, int k, uint8_t* dst) {
     using S = StageOf<W>;
     constexpr int kPerCol = S::kSub * kXBlock / 16;
     const int64_t nb32 = int64_t(a.nb) * W::kSub, kb = int64_t(k) * S::kSub;
-    for (int i = int(threadIdx.x); i < cols * kPerCol; i += kWarps * 32) {
+    for (int i = int(threadIdx.x); i < cols * kPerCol; i += kThreads) {
         const int c = i / kPerCol, q = i % kPerCol;
         cp_async<16>(dst + c * S::kXStride + q * 16, a.xq + ((c0 + c) * nb32 + kb) * kXBlock + q * 16);
     }
     uint8_t* steps = dst + kCols * S::kXStride;
     const int per_row = cols / 2;  // 16-byte pieces of a row of cols float2
-    for (int i = int(threadIdx.x); i < S::kSub * per_row; i += kWarps * 32) {
+    for (int i = int(threadIdx.x); i < S::kSub * per_row; i += kThreads) {
         const int j = i / per_row, q = i % per_row;
         cp_async<16>(steps + (j * kCols + 2 * q) * 8, a.xm + (kb + j) * a.nt8 + c0 + 2 * q);
     }
 }
 
-// Every block of a staged stage: the warp's two m16 tiles by its cols (a multiple of 8) columns.
-template <class W, int kNb>
-__device__ __forceinline__ void stage_math(const uint8_t* wst, const uint8_t* xst, int cols,
+// Every block of a staged stage: the warp's two m16 tiles (row group rw) by its 8 kNb of the stage's
+// kCols columns from cb on, those below cols (a multiple of 8).
+template <class W, int kNb, int kCols>
+__device__ __forceinline__ void stage_math(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols,
                                            float (&acc)[kMt][kNb][4]) {
     using S = StageOf<W>;
-    constexpr int kCols = 8 * kNb;
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, warp = int(threadIdx.x / 32);
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint8_t* rows[kMt][2];
 #pragma unroll
     for (int m = 0; m < kMt; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) rows[m][h] = wst + (warp * kMt * 16 + 16 * m + 8 * h + g) * S::kRowStride;
+        for (int h = 0; h < 2; ++h) rows[m][h] = wst + (rw * kMt * 16 + 16 * m + 8 * h + g) * S::kRowStride;
     const auto* steps = reinterpret_cast<const float2*>(xst + kCols * S::kXStride);
     typename W::Head hd[kMt][2];
 #pragma unroll
@@ -421,32 +422,37 @@ __device__ __forceinline__ void stage_math(const uint8_t* wst, const uint8_t* xs
         }
 #pragma unroll
         for (int n = 0; n < kNb; ++n) {
-            if (8 * n >= cols) break;  // uniform across the block
+            const int col = cb + 8 * n;
+            if (col >= cols) break;  // uniform across the warp
             const int4 xb =
-                *reinterpret_cast<const int4*>(xst + (8 * n + g) * S::kXStride + j * kXBlock + 16 * t);
-            const float4 st = *reinterpret_cast<const float4*>(steps + j * kCols + 8 * n + 2 * t);
+                *reinterpret_cast<const int4*>(xst + (col + g) * S::kXStride + j * kXBlock + 16 * t);
+            const float4 st = *reinterpret_cast<const float4*>(steps + j * kCols + col + 2 * t);
 #pragma unroll
             for (int m = 0; m < kMt; ++m) scaled_tile<W>(aw[m], xb, st, ws[m], wm[m], t, acc[m][n]);
         }
     }
 }
 
-// Grid: x column tiles of 8 kNb, y row blocks, z splits. The weights of the first stages are requested
-// before waiting for the previous kernel (they do not depend on it); x after.
-template <class W, int kNb, int kStages>
-__global__ void __launch_bounds__(kWarps * 32) staged_kernel(MmaArgs a) {
+// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits. kGroups column groups of kWarps warps
+// share each stage: warp w takes row group w % kWarps and columns 8 kNb (w / kWarps).. of the tile, so a
+// wide tile keeps its stage's bytes and registers per warp small enough for more warps per SM. The
+// weights of the first stages are requested before waiting for the previous kernel (they do not depend
+// on it); x after.
+template <class W, int kNb, int kGroups, int kStages>
+__global__ void __launch_bounds__(kWarps* kGroups * 32) staged_kernel(MmaArgs a) {
     using S = StageOf<W>;
-    constexpr int kCols = 8 * kNb, kStageBytes = S::bytes(kCols);
+    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
     extern __shared__ __align__(16) uint8_t smem[];
     release_next();
     const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
+    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
     const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
     const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
     auto buf = [&](int i) { return smem + (i % kStages) * kStageBytes; };
-    for (int i = 0; i < kStages - 1 && i < n; ++i) stage_weights<W>(a, rb, k0 + i, buf(i));
+    for (int i = 0; i < kStages - 1 && i < n; ++i) stage_weights<W, kThreads>(a, rb, k0 + i, buf(i));
     wait_for_inputs();
     for (int i = 0; i < kStages - 1; ++i) {
-        if (i < n) stage_x<W, kCols>(a, c0, cols, k0 + i, buf(i) + S::kWBytes);
+        if (i < n) stage_x<W, kCols, kThreads>(a, c0, cols, k0 + i, buf(i) + S::kWBytes);
         cp_commit();
     }
     float acc[kMt][kNb][4] = {};
@@ -454,13 +460,13 @@ __global__ void __launch_bounds__(kWarps * 32) staged_kernel(MmaArgs a) {
         cp_wait<kStages - 2>();
         __syncthreads();  // stage i is in, and every warp is done with the buffer refilled next
         if (const int next = i + kStages - 1; next < n) {
-            stage_weights<W>(a, rb, k0 + next, buf(next));
-            stage_x<W, kCols>(a, c0, cols, k0 + next, buf(next) + S::kWBytes);
+            stage_weights<W, kThreads>(a, rb, k0 + next, buf(next));
+            stage_x<W, kCols, kThreads>(a, c0, cols, k0 + next, buf(next) + S::kWBytes);
         }
         cp_commit();
-        stage_math<W, kNb>(buf(i), buf(i) + S::kWBytes, cols, acc);
+        stage_math<W, kNb, kCols>(buf(i), buf(i) + S::kWBytes, rw, cb, cols, acc);
     }
-    store_tiles<kNb>(a, rb + int(threadIdx.x / 32) * kMt * 16, c0, acc);
+    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
 // y = the splits' partial sums added in split order (+ bias) (+ res).
@@ -554,24 +560,26 @@ void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
     launch("mma matmul kernel", mma_kernel<W, 1>, grid, block, 0, s, a);
 }
 
-template <class W, int kNb>
+template <class W, int kNb, int kGroups>
 void launch_staged_tile(const MmaArgs& a, int nb8, int splits, Stream s) {
-    constexpr int kStages = StageOf<W>::stages(8 * kNb), kBytes = kStages * StageOf<W>::bytes(8 * kNb);
-    const auto kernel = staged_kernel<W, kNb, kStages>;
+    constexpr int kCols = 8 * kNb * kGroups;
+    constexpr int kStages = StageOf<W>::stages(kCols), kBytes = kStages * StageOf<W>::bytes(kCols);
+    const auto kernel = staged_kernel<W, kNb, kGroups, kStages>;
     static const cudaError_t opt_in =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     MINFER_CUDA_CHECK(opt_in);
-    const dim3 grid(unsigned((nb8 + kNb - 1) / kNb), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
-                    unsigned(splits));
-    launch("mma staged kernel", kernel, grid, dim3(kWarps * 32), size_t(kBytes), s, a);
+    const dim3 grid(unsigned((nb8 + kNb * kGroups - 1) / (kNb * kGroups)),
+                    unsigned((a.n_out + kBlockRows - 1) / kBlockRows), unsigned(splits));
+    launch("mma staged kernel", kernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
 }
 
+// Tiles of 64 columns take two column groups of warps (8 warps per SM where one thread block fits).
 template <class W>
 void launch_staged(const MmaArgs& a, int nb8, int splits, Stream s) {
-    if (nb8 > 4) return launch_staged_tile<W, 8>(a, nb8, splits, s);
-    if (nb8 > 2) return launch_staged_tile<W, 4>(a, nb8, splits, s);
-    if (nb8 > 1) return launch_staged_tile<W, 2>(a, nb8, splits, s);
-    launch_staged_tile<W, 1>(a, nb8, splits, s);
+    if (nb8 > 4) return launch_staged_tile<W, 4, 2>(a, nb8, splits, s);
+    if (nb8 > 2) return launch_staged_tile<W, 4, 1>(a, nb8, splits, s);
+    if (nb8 > 1) return launch_staged_tile<W, 2, 1>(a, nb8, splits, s);
+    launch_staged_tile<W, 1, 1>(a, nb8, splits, s);
 }
 
 template <class W>
