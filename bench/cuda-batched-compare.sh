@@ -10,6 +10,8 @@
 set -euo pipefail
 BIN=${BIN:-build} LLAMA=${LLAMA:-/tmp/llamacpp-cuda/bin} B=${B:-1,8,32,64} P=${P:-128} N=${N:-128}
 DIR=${DIR:-/tmp/minfer-bench}
+# llama.cpp loads only files with a tokenizer: the synthetic models take the embedded model's.
+VOCAB=${VOCAB:-$(cd "$(dirname "$0")/.." && pwd)/models/qwen2-mini-Q8_0.gguf}
 mkdir -p "$DIR"
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(qwen2.5-0.5b:Q4_K_M qwen2.5-7b:Q4_K_M)
@@ -18,7 +20,7 @@ ctx=$((max_b * (P + N) + 256))
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 for m in "${models[@]}"; do
   preset=${m%%:*} type=${m##*:} file="$DIR/$preset-$type.gguf"
-  [ -f "$file" ] || "$BIN/minfer-synth" "$preset" "$type" "$file" >/dev/null
+  [ -f "$file" ] || "$BIN/minfer-synth" --vocab "$VOCAB" "$preset" "$type" "$file" >/dev/null
   ours=$("$BIN/minfer" bench -m "$file" --device cuda --parallel "$B" -p "$P" -n "$N" \
     ${MINFER_FLAGS:-} --json)
   theirs=$("$LLAMA/llama-batched-bench" -m "$file" -ngl 99 -c "$ctx" -b 2048 -ub 512 -npp "$P" -ntg "$N" \
