@@ -532,9 +532,10 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
 // Whether a product of nt columns with w runs on the int8 tensor cores: every width in the invariant
 // mode, 2 to mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for
-// matrices of at least kMmaWideDims rows and columns. Measured on the H200 (PERF-NOTES-GPU-BATCHED, sessions 16-17):
-// at 32 columns the staged kernel beat dequantization + cuBLAS on 7B's matrices (S_TG B=32 3,157 against
-// 2,578 tok/s) and lost on 0.5B's (9,958 against 11,335); at 64 it lost on both.
+// matrices of at least kMmaWideDims rows and columns. Measured on the H200 (PERF-NOTES-GPU-BATCHED,
+// sessions 16-17): at 32 columns the staged kernel beat dequantization + cuBLAS on 7B's matrices (S_TG
+// B=32 3,157 against 2,578 tok/s) and lost on 0.5B's (9,958 against 11,335); at 64 it lost on both, also
+// with two column groups of warps (7B B=64 3,807 against 4,570).
 bool CudaBackend::Impl::use_mma(const QMatrix& w, int64_t nt) const {
     constexpr int64_t kMmaWideDims = 2048;
     if (!cuda::mma_fits(w) || opt.mma_tokens == 0) return false;
