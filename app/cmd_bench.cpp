@@ -34,7 +34,7 @@ namespace {
 struct BenchOptions {
     std::string model;
     int64_t n_prompt = 512, n_gen = 128, depth = 0, n_ubatch = kDefaultUbatch;
-    int threads = 0, reps = 5;
+    int threads = 0, reps = 5, tensor_parallel = 1;
     BackendKind device = BackendKind::Cpu;
     GgmlType kv_type = GgmlType::F32;
     bool json = false, deterministic = false;
@@ -166,7 +166,8 @@ BatchedRow bench_batched_at(const Model& m, const BenchOptions& o, int threads, 
                              .n_ubatch = o.n_ubatch,
                              .max_seqs = n_seqs,
                              .kv_type = o.kv_type,
-                             .batch_invariant = o.deterministic});
+                             .batch_invariant = o.deterministic,
+                             .tensor_parallel = o.tensor_parallel});
     std::mt19937 rng(1234);
     const std::vector<int32_t> pp = random_ids(n_seqs * o.n_prompt, m.hp.n_vocab, rng);
     const std::vector<int32_t> tg = random_ids(n_seqs * o.n_gen, m.hp.n_vocab, rng);
@@ -246,7 +247,7 @@ void bench(const BenchOptions& o) {
     const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     if (!o.parallel.empty()) return bench_batched(*model, path, threads, o);
     Session session(*model, {o.depth + std::max(o.n_prompt, o.n_gen), threads, o.device, o.n_ubatch,
-                             o.deterministic, o.kv_type});
+                             o.deterministic, o.kv_type, 0, o.tensor_parallel});
     std::mt19937 rng(1234);
     const std::vector<int32_t> pp = random_ids(o.n_prompt, model->hp.n_vocab, rng);
     const std::vector<int32_t> tg = random_ids(o.n_gen, model->hp.n_vocab, rng);
@@ -291,6 +292,7 @@ void add_bench_command(CLI::App& app) {
     add_device_option(*c, o->device);
     add_ubatch_option(*c, o->n_ubatch);
     add_kv_type_option(*c, o->kv_type);
+    add_tensor_parallel_option(*c, o->tensor_parallel);
     CLI::Option* reps = c->add_option("-r,--repetitions", o->reps, "Timed repetitions per test (default 5)")
                             ->check(int_in(1, 1 << 20));
     c->add_flag("--deterministic", o->deterministic, "Batch-invariant arithmetic (see run --deterministic)");

@@ -27,7 +27,7 @@ namespace {
 struct RunOptions {
     std::string model, prompt, prompt_ids, file;
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch, kv_mem = 0;
-    int threads = 0, parallel = 0;
+    int threads = 0, parallel = 0, tensor_parallel = 1;
     bool deterministic = false;
     BackendKind device = BackendKind::Cpu;
     GgmlType kv_type = GgmlType::F32;
@@ -74,7 +74,8 @@ GenerateResult generate_prompt(Session& s, const Tokenizer& tok, const std::vect
 }
 
 SessionParams session_params(const RunOptions& o) {
-    return {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type, o.kv_mem};
+    return {o.n_ctx,         o.threads, o.device, o.n_ubatch,
+            o.deterministic, o.kv_type, o.kv_mem, o.tensor_parallel};
 }
 
 // The non-empty lines of the -f file.
@@ -208,6 +209,7 @@ void add_run_command(CLI::App& app) {
     add_ubatch_option(*c, o->n_ubatch);
     add_kv_type_option(*c, o->kv_type);
     add_kv_mem_option(*c, o->kv_mem);
+    add_tensor_parallel_option(*c, o->tensor_parallel);
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");

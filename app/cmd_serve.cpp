@@ -23,7 +23,7 @@ namespace {
 
 struct ServeOptions {
     std::string model, host = "127.0.0.1", alias, api_key, api_key_file;
-    int port = 8080, parallel = 8, threads = 0, max_queue = 64, timeout_s = 600;
+    int port = 8080, parallel = 8, threads = 0, max_queue = 64, timeout_s = 600, tensor_parallel = 1;
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch, kv_mem = 0;
     BackendKind device = BackendKind::Cpu;
     GgmlType kv_type = GgmlType::F32;
@@ -57,8 +57,8 @@ void serve(const ServeOptions& o) {
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     std::fprintf(stderr, "serve: loading %s\n", path.c_str());
     std::unique_ptr<Model> model = load_model(path, o.device);
-    EngineParams ep = engine_params(
-        *model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic, o.kv_type, o.kv_mem});
+    EngineParams ep = engine_params(*model, {o.n_ctx, o.threads, o.device, o.n_ubatch, o.deterministic,
+                                             o.kv_type, o.kv_mem, o.tensor_parallel});
     ep.max_seqs = o.parallel;
     const std::string name = o.alias.empty() ? std::filesystem::path(path).filename().string() : o.alias;
     srv.serve_model(std::move(model), ep, name);
@@ -94,6 +94,7 @@ void add_serve_command(CLI::App& app) {
     add_ubatch_option(*c, o->n_ubatch);
     add_kv_type_option(*c, o->kv_type);
     add_kv_mem_option(*c, o->kv_mem);
+    add_tensor_parallel_option(*c, o->tensor_parallel);
     c->add_option("--alias", o->alias, "Model id in /v1/models and responses (default: the file name)");
     CLI::Option* key = c->add_option("--api-key", o->api_key, "Require this key (Authorization: Bearer KEY)");
     c->add_option("--api-key-file", o->api_key_file, "Require one of the keys in this file (one per line)")

@@ -272,6 +272,15 @@ void add_kv_type_option(CLI::App& app, GgmlType& type) {
             one_of<GgmlType>({{"f32", GgmlType::F32}, {"f16", GgmlType::F16}, {"q8_0", GgmlType::Q8_0}}));
 }
 
+void add_tensor_parallel_option(CLI::App& app, int& ranks) {
+    app.add_option("--tensor-parallel", ranks,
+                   "Split the model over N ranks (attention heads, FFN columns, vocabulary), each on its own "
+                   "thread with its own KV cache; collectives through host memory")
+        ->type_name("N")
+        ->capture_default_str()
+        ->check(int_in(1, 64));
+}
+
 void add_kv_mem_option(CLI::App& app, int64_t& bytes) {
     app.add_option("--kv-mem", bytes, "KV cache size in bytes (4G, 512M; overrides -c): tokens it holds")
         ->transform(CLI::AsSizeValue(false))
@@ -301,11 +310,9 @@ struct Alias {
     const char* from;
     const char* to;
 };
-constexpr Alias kAliases[] = {{"-sys", "--system"},
-                              {"-ngl", "--n-gpu-layers"},
-                              {"-np", "--parallel"},
-                              {"-ub", "--ubatch-size"},
-                              {"-no-cnv", "--no-template"}};
+constexpr Alias kAliases[] = {{"-sys", "--system"},     {"-ngl", "--n-gpu-layers"},
+                              {"-np", "--parallel"},    {"-tp", "--tensor-parallel"},
+                              {"-ub", "--ubatch-size"}, {"-no-cnv", "--no-template"}};
 
 // -ab..., not a negative number (-nan and -inf are values, which the numeric checks reject).
 bool is_multi_letter_flag(std::string_view a) {

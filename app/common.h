@@ -81,6 +81,8 @@ void add_device_option(CLI::App& app, BackendKind& device);
 void add_ubatch_option(CLI::App& app, int64_t& n_ubatch);
 // --kv-type f32 | f16 | q8_0.
 void add_kv_type_option(CLI::App& app, GgmlType& type);
+// --tensor-parallel N (-tp N): the model split over N ranks (models/shard.h).
+void add_tensor_parallel_option(CLI::App& app, int& ranks);
 // --kv-mem SIZE (K/M/G suffixes, powers of 1024).
 void add_kv_mem_option(CLI::App& app, int64_t& bytes);
 

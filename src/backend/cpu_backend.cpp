@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/comm.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "gguf/gguf.h"
@@ -35,7 +36,11 @@ void for_each_weight(const NodeMeta& meta, auto&& f) {
 }  // namespace
 
 CpuBackend::CpuBackend(const GgufFile& weights, int n_threads, const CpuOptions& o)
-    : file_(weights), pool_(std::max(1, n_threads)), decode_(o.decode), invariant_(o.invariant) {}
+    : file_(weights),
+      pool_(std::max(1, n_threads)),
+      decode_(o.decode),
+      invariant_(o.invariant),
+      comm_(o.comm) {}
 
 bool CpuBackend::supports(const CNode&) const {
     return true;
@@ -90,17 +95,35 @@ void CpuBackend::matmul(const meta::MatMul& m, const float* x, int64_t nt, float
 
 void CpuBackend::embedding(const CNode& n, const NodeBuffers& bufs) {
     const WeightRef& table = std::get<meta::Weight>(n.meta).weight;
+    const auto& o = std::get<op::GetRows>(n.op);
     const Weight& w = weight(table);
     const int32_t* ids = ids_of(bufs, n.src[0]);
     const size_t row_bytes = quant_row_bytes(*w.q, table.n_in);
     float* out = bufs.data(n.id);
     for (int64_t t = 0; t < n.shape[1]; ++t) {
-        if (ids[t] < 0 || ids[t] >= table.n_out)
+        const int64_t row = int64_t(ids[t]) - o.first;
+        const bool outside = row < 0 || row >= table.n_out;
+        if (o.shard && outside) {  // another rank's token
+            std::fill_n(out + t * table.n_in, table.n_in, 0.0f);
+            continue;
+        }
+        if (outside)
             throw Error("token id " + std::to_string(ids[t]) + " is out of range [0, " +
                         std::to_string(table.n_out) + ")");
-        w.q->to_float(static_cast<const uint8_t*>(w.data) + size_t(ids[t]) * row_bytes, out + t * table.n_in,
+        w.q->to_float(static_cast<const uint8_t*>(w.data) + size_t(row) * row_bytes, out + t * table.n_in,
                       table.n_in);
     }
+}
+
+void CpuBackend::collective(const CNode& n, const NodeBuffers& bufs) {
+    if (!comm_)
+        throw Error("graph node " + n.name + " is a collective, but this backend has no communicator");
+    const float* x = bufs.data(n.src[0]);
+    float* out = bufs.data(n.id);
+    if (std::holds_alternative<op::AllGather>(n.op))
+        return comm_->all_gather(x, n.shape[0] / comm_->size(), n.shape[1], out);
+    std::memcpy(out, x, size_t(n.n_elements()) * sizeof(float));
+    comm_->all_reduce(out, n.n_elements());
 }
 
 namespace {
@@ -335,6 +358,8 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                 rows(d, [&](int64_t t) { ids[t] = cpu::argmax(in(0) + t * w, w); });
             },
             [&](const op::FusedFFN&) { fused_ffn(n, bufs); },
+            [&](const op::AllReduce&) { collective(n, bufs); },
+            [&](const op::AllGather&) { collective(n, bufs); },
             [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},
             [&](const op::FusedQKV&) { fused_qkv(n, bufs); },

@@ -15,6 +15,7 @@
 
 namespace minfer {
 
+class Communicator;
 class GgufFile;
 
 // How the CPU backend computes, chosen by its owner (the backend reads no environment).
@@ -23,6 +24,9 @@ struct CpuOptions {
     // Every matmul column gets the arithmetic of a one-column product, whatever the batch (cpu::matmul's
     // invariant mode), so a sequence's results do not depend on what shares its forwards.
     bool invariant = false;
+    // The rank's communicator in a tensor-parallel group, for the AllReduce and AllGather nodes of its
+    // shard's graphs; null for a whole model (whose graphs have none).
+    Communicator* comm = nullptr;
 };
 
 class CpuBackend final : public Backend {
@@ -45,6 +49,7 @@ class CpuBackend final : public Backend {
     const float* vec(const WeightRef& w);  // 1-D weight as f32 (converted once if stored otherwise)
     void matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y);
     void embedding(const CNode& n, const NodeBuffers& bufs);
+    void collective(const CNode& n, const NodeBuffers& bufs);
     void attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void kv_store(const ComputeGraph& g, const CNode& n, int layer, const NodeBuffers& bufs);
     void qkv_epilogue(const CNode& n, int64_t nt, float* q, float* k, const float* v,
@@ -63,6 +68,7 @@ class CpuBackend final : public Backend {
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
     cpu::DecodeDot decode_;
     bool invariant_;
+    Communicator* comm_;
 };
 
 }  // namespace minfer

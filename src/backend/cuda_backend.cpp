@@ -354,6 +354,11 @@ uint64_t CudaBackend::graph_captures() const {
 }
 
 bool CudaBackend::supports(const CNode& n) const {
+    // Tensor-parallel collectives and vocabulary-shard lookups run on the host (the CPU backend's
+    // communicator): the executor moves their few rows across.
+    if (std::holds_alternative<op::AllReduce>(n.op) || std::holds_alternative<op::AllGather>(n.op))
+        return false;
+    if (const auto* rows = std::get_if<op::GetRows>(&n.op); rows && rows->shard) return false;
     // The KV regions on the device hold f32 rows.
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
     if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32;
@@ -688,6 +693,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::ArgMax&) {
                 cuda::argmax_rows(in(0), g[n.src[0]].shape[0], d, reinterpret_cast<int32_t*>(out), s);
             },
+            [&](const op::AllReduce&) { throw Error("CUDA backend: " + n.name + " runs on the host"); },
+            [&](const op::AllGather&) { throw Error("CUDA backend: " + n.name + " runs on the host"); },
             [&](const op::FusedFFN&) {
                 const auto& m = std::get<meta::FusedFfn>(n.meta);
                 if (nt > cuda::kMaxMatvecTokens)

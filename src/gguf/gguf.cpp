@@ -431,6 +431,18 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, Residency wher
     return f;
 }
 
+std::unique_ptr<GgufFile> GgufFile::from_tensors(std::string name, std::vector<GgufTensor> tensors,
+                                                 std::vector<std::vector<uint8_t>> owned) {
+    std::unique_ptr<GgufFile> f(new GgufFile());
+    f->path_ = std::move(name);
+    f->owned_ = std::move(owned);  // a move keeps the bytes where the tensors point
+    f->tensors_ = std::move(tensors);
+    for (size_t i = 0; i < f->tensors_.size(); ++i)
+        if (!f->tensor_index_.emplace(f->tensors_[i].name, i).second)
+            throw Error(f->path_ + ": duplicate tensor " + quoted(f->tensors_[i].name));
+    return f;
+}
+
 void GgufFile::map(int fd) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) throw Error(path_ + ": cannot map file: " + std::strerror(errno));

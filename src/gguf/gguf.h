@@ -78,6 +78,10 @@ class GgufFile {
     // Opens and validates `path`. Throws Error("<path>: <problem>") on any defect.
     static std::unique_ptr<GgufFile> open(const std::string& path, Residency where = Residency::mapped,
                                           LoadProgress progress = {});
+    // A file of tensors alone, in memory (no metadata; size 0): `tensors`' data point into `owned` or into
+    // the data of files that outlive this one. A tensor-parallel rank's slices of a model (models/shard.h).
+    static std::unique_ptr<GgufFile> from_tensors(std::string name, std::vector<GgufTensor> tensors,
+                                                  std::vector<std::vector<uint8_t>> owned);
     ~GgufFile();
     GgufFile(const GgufFile&) = delete;
     GgufFile& operator=(const GgufFile&) = delete;
@@ -122,7 +126,8 @@ class GgufFile {
     uint64_t data_offset_ = 0;
     const uint8_t* base_ = nullptr;  // the file's first byte: in the mapping, or in copy_
     size_t size_ = 0;
-    HugePages copy_;  // Residency::huge_pages: the file's bytes
+    HugePages copy_;                           // Residency::huge_pages: the file's bytes
+    std::vector<std::vector<uint8_t>> owned_;  // from_tensors: the bytes of the tensors it made
     std::map<std::string, GgufValue> kv_;
     std::vector<GgufTensor> tensors_;
     std::map<std::string, size_t, std::less<>> tensor_index_;

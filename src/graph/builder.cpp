@@ -65,6 +65,21 @@ NodeId GraphBuilder::embedding(NodeId ids, const WeightRef& table) {
     return node("embed", op::GetRows{}, {ids}, {table.n_in, at(ids).shape[0], 1, 1}, meta::Weight{table});
 }
 
+NodeId GraphBuilder::embedding_shard(NodeId ids, const WeightRef& table, int64_t first) {
+    return node("embed", op::GetRows{first, true}, {ids}, {table.n_in, at(ids).shape[0], 1, 1},
+                meta::Weight{table});
+}
+
+NodeId GraphBuilder::all_reduce(NodeId x) {
+    return node(std::string(node_stem(at(x))) + "_reduce", op::AllReduce{}, {x}, at(x).shape);
+}
+
+NodeId GraphBuilder::all_gather(NodeId x, int ranks) {
+    const Shape& s = at(x).shape;
+    return node(std::string(node_stem(at(x))) + "_gather", op::AllGather{ranks}, {x},
+                {s[0] * ranks, s[1], 1, 1});
+}
+
 NodeId GraphBuilder::get_rows(NodeId x, NodeId ids) {
     return node("get_rows", op::GetRows{}, {x, ids}, {at(x).shape[0], at(ids).shape[0], 1, 1});
 }

@@ -38,9 +38,11 @@ class GraphBuilder {
     NodeId input(const std::string& name, Shape shape, DType dtype);
     void output(NodeId id) { g_.outputs.push_back(id); }
 
-    NodeId embedding(NodeId ids, const WeightRef& table);      // -> [n_embd, nt]
-    NodeId get_rows(NodeId x, NodeId ids);                     // -> [d, n_ids]
-    NodeId rms_norm(NodeId x, const WeightRef& w, float eps);  // -> shape of x
+    NodeId embedding(NodeId ids, const WeightRef& table);  // -> [n_embd, nt]
+    // A vocabulary shard of the table, its rows from `first`: ids elsewhere give zero rows.
+    NodeId embedding_shard(NodeId ids, const WeightRef& table, int64_t first);  // -> [n_embd, nt]
+    NodeId get_rows(NodeId x, NodeId ids);                                      // -> [d, n_ids]
+    NodeId rms_norm(NodeId x, const WeightRef& w, float eps);                   // -> shape of x
     NodeId qk_norm(NodeId x, const WeightRef& w, int64_t nh, int64_t hd, float eps);
     NodeId matmul(NodeId x, const WeightRef& w, const WeightRef& bias = {});  // -> [w.n_out, nt]
     NodeId rope(NodeId x, NodeId pos, RopeStyle style, const meta::Rope& m);
@@ -49,6 +51,10 @@ class GraphBuilder {
     NodeId add(NodeId a, NodeId b);
     NodeId swiglu(NodeId gate, NodeId up);
     NodeId argmax(NodeId x);  // [d, n] -> [n] i32
+    // Tensor-parallel collectives: the sum over the ranks ([d, nt] -> [d, nt]) and the rank-by-rank
+    // concatenation of each row ([d, nt] -> [ranks * d, nt]).
+    NodeId all_reduce(NodeId x);
+    NodeId all_gather(NodeId x, int ranks);
     NodeId kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at,
                          const meta::Kv& m);            // [n_embd, n_ctx]
     NodeId kvcache_load(int layer, const meta::Kv& m);  // no sources: a view [n_embd, n_ctx] of the region

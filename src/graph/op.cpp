@@ -9,9 +9,10 @@ namespace minfer {
 
 const char* op_name(const Op& o) {
     static constexpr const char* names[] = {
-        "Input",  "GetRows",      "RmsNorm",          "QkNorm",   "MatMul",       "RoPE",
-        "Attn",   "KvcacheStore", "KvcacheLoad",      "Add",      "Mul",          "Silu",
-        "SwiGLU", "FusedQKV",     "QkvBiasRopeStore", "FusedFFN", "FusedQkvNorm", "ArgMax"};
+        "Input",    "GetRows",      "RmsNorm",      "QkNorm",      "MatMul",
+        "RoPE",     "Attn",         "KvcacheStore", "KvcacheLoad", "Add",
+        "Mul",      "Silu",         "SwiGLU",       "FusedQKV",    "QkvBiasRopeStore",
+        "FusedFFN", "FusedQkvNorm", "ArgMax",       "AllReduce",   "AllGather"};
     static_assert(std::size(names) == std::variant_size_v<Op>);
     return names[o.index()];
 }
@@ -44,6 +45,10 @@ std::string op_string(const Op& o) {
     std::ostringstream s;
     s << op_name(o);
     std::visit(Overload{
+                   [&](const op::GetRows& p) {
+                       if (p.shard) s << " { first: " << p.first << " }";
+                   },
+                   [&](const op::AllGather& p) { s << " { ranks: " << p.ranks << " }"; },
                    [&](const op::RmsNorm& p) { s << " { eps: " << p.eps << " }"; },
                    [&](const op::QkNorm& p) {
                        s << " { hd: " << p.hd << ", nh: " << p.nh << ", eps: " << p.eps << " }";

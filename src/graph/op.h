@@ -18,6 +18,10 @@ struct Input {  // leaf filled from outside each step (token ids, positions, slo
     bool operator==(const Input&) const = default;
 };
 struct GetRows {  // src: [table, ids]; embedding lookups and the n_out tail selection
+    // An embedding shard's first row: id i reads row i - first, and an id outside the shard's rows gives a
+    // zero row (the other ranks hold it; an AllReduce follows). 0 and unused when not sharded.
+    int64_t first = 0;
+    bool shard = false;
     bool operator==(const GetRows&) const = default;
 };
 struct RmsNorm {
@@ -85,11 +89,23 @@ struct FusedQkvNorm {  // FusedQKV plus Qwen3's per-head Q/K RMSNorm
 struct ArgMax {
     bool operator==(const ArgMax&) const = default;
 };
+// Tensor-parallel collectives over the ranks of a group (one graph per rank, built from its shard).
+// src: [x [d, nt]] -> [d, nt]: the sum over ranks, added in rank order, so every rank holds the same bits.
+struct AllReduce {
+    bool operator==(const AllReduce&) const = default;
+};
+// src: [x [d, nt]] -> [ranks * d, nt]: each row is every rank's row, rank by rank (a vocabulary- or
+// head-split product made whole).
+struct AllGather {
+    int ranks;
+    bool operator==(const AllGather&) const = default;
+};
 }  // namespace op
 
 using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::MatMul, op::Rope, op::Attn,
                         op::KvcacheStore, op::KvcacheLoad, op::Add, op::Mul, op::Silu, op::SwiGLU,
-                        op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm, op::ArgMax>;
+                        op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm, op::ArgMax,
+                        op::AllReduce, op::AllGather>;
 
 const char* op_name(const Op& op);    // "RmsNorm"
 std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"

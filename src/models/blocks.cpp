@@ -65,6 +65,11 @@ GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p) {
     return in;
 }
 
+NodeId embed(GraphBuilder& b, const Model& m, NodeId tokens) {
+    if (m.tok_embd.n_out == m.hp.n_vocab) return b.embedding(tokens, m.tok_embd);  // [n_embd, nt]
+    return b.all_reduce(b.embedding_shard(tokens, m.tok_embd, m.shard.vocab_first));
+}
+
 NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
                       const GraphParams& p, QkNormKind qk_norm) {
     const Hparams& hp = m.hp;
@@ -98,16 +103,32 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     return b.attn(q, kv, in.kv, am);  // [n_q_embd, nt]
 }
 
+NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn) {
+    const WeightRef& wo = m.layers[size_t(il)].wo;
+    if (!m.shard.sharded()) return b.matmul(attn, wo);                         // [n_embd, nt]
+    if (wo.n_in == b[attn].shape[0]) return b.all_reduce(b.matmul(attn, wo));  // partial sums
+    return b.matmul(b.all_gather(attn, m.shard.ranks), wo);  // [n_q_embd, nt] whole, then wo whole
+}
+
+namespace {
+
+NodeId ffn_down(GraphBuilder& b, const Model& m, NodeId act, const WeightRef& down) {
+    const NodeId y = b.matmul(act, down);  // [n_embd, nt]
+    return m.shard.sharded() ? b.all_reduce(y) : y;
+}
+
+}  // namespace
+
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p) {
     const LayerWeights& l = m.layers[size_t(il)];
     // At every width: the GPU kernel reads the gate and up rows side by side (no concatenated matrix),
     // which measured faster than two products and a SwiGLU, 7B's n_ff = 18944 included.
     if (decode_fusion(p, p.cparams.fuse_ffn) && l.ffn_gate.type == l.ffn_up.type)
-        return b.matmul(b.fused_ffn(x, {l.ffn_gate, l.ffn_up}), l.ffn_down);
+        return ffn_down(b, m, b.fused_ffn(x, {l.ffn_gate, l.ffn_up}), l.ffn_down);
     const NodeId gate = b.matmul(x, l.ffn_gate);  // [n_ff, nt]
     const NodeId up = b.matmul(x, l.ffn_up);      // [n_ff, nt]
     const NodeId act = b.mul(b.silu(gate), up);   // becomes SwiGLU in the fusion pass
-    return b.matmul(act, l.ffn_down);             // [n_embd, nt]
+    return ffn_down(b, m, act, l.ffn_down);       // [n_embd, nt]
 }
 
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer) {
@@ -120,8 +141,9 @@ NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInp
 void output_head(GraphBuilder& b, const Model& m, NodeId h, const GraphParams& p) {
     b.set_layer(-1);  // the head is outside the layers
     const NodeId normed = b.rms_norm(h, m.output_norm, m.hp.rms_eps);
-    const NodeId logits = b.matmul(normed, m.output);  // [n_vocab, n_out]
-    b.output(p.greedy ? b.argmax(logits) : logits);    // [n_out] i32 | [n_vocab, n_out]
+    NodeId logits = b.matmul(normed, m.output);  // [n_vocab, n_out] ([n_vocab / ranks, n_out] in a shard)
+    if (m.output.n_out != m.hp.n_vocab) logits = b.all_gather(logits, m.shard.ranks);
+    b.output(p.greedy ? b.argmax(logits) : logits);  // [n_out] i32 | [n_vocab, n_out]
 }
 
 }  // namespace minfer

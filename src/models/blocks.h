@@ -19,12 +19,22 @@ enum class QkNormKind : uint8_t { None, PerHead };  // PerHead: Qwen3's RMSNorm 
 // a mid-graph input would split execution into extra backend segments).
 GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p);
 
+// The token embeddings: [nt] ids -> [n_embd, nt]. A vocabulary shard looks up its own rows (zeros for
+// the others' tokens) and sums over the ranks.
+NodeId embed(GraphBuilder& b, const Model& m, NodeId tokens);
+
 // Q/K/V projections, optional Q/K norm, RoPE, KV store + load, causal GQA attention.
 // x: [n_embd, nt] normed hidden state -> [n_q_embd, nt] attention output (before wo).
 NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
                       const GraphParams& p, QkNormKind qk_norm);
 
-// down(silu(gate(x)) * up(x)); x: [n_embd, nt] -> [n_embd, nt].
+// The attention output projection, attn: [n_q_embd, nt] -> [n_embd, nt]. A shard whose attn_output is
+// split by heads sums its partial products over the ranks; one whose attn_output's blocks do not split at
+// a head boundary gathers every rank's heads and multiplies the whole matrix.
+NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn);
+
+// down(silu(gate(x)) * up(x)); x: [n_embd, nt] -> [n_embd, nt]. A shard holds a slice of the n_ff
+// columns and sums its partial down products over the ranks.
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p);
 
 // residual + cur; on the last layer with n_out < nt both operands are first narrowed to the out_ids rows,
@@ -32,7 +42,7 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer);
 
 // Final RMSNorm and lm_head, marked as the graph output: [n_embd, n] -> [n_vocab, n], or with
-// p.greedy each row's argmax: [n] i32.
+// p.greedy each row's argmax: [n] i32. A vocabulary shard gathers every rank's logits first.
 void output_head(GraphBuilder& b, const Model& m, NodeId h, const GraphParams& p);
 
 }  // namespace minfer

@@ -8,15 +8,15 @@ namespace minfer {
 ComputeGraph build_llama(const Model& m, const GraphParams& p) {
     GraphBuilder b;
     const GraphInputs in = declare_inputs(b, p);
-    NodeId h = b.embedding(in.tokens, m.tok_embd);  // [n_embd, nt]
+    NodeId h = embed(b, m, in.tokens);  // [n_embd, nt]
     for (int il = 0; il < m.hp.n_layer; ++il) {
         b.set_layer(il);
         const LayerWeights& l = m.layers[size_t(il)];
         const bool last = il == m.hp.n_layer - 1;
 
-        NodeId x = b.rms_norm(h, l.attn_norm, m.hp.rms_eps);       // [n_embd, nt]
-        x = self_attention(b, m, il, x, in, p, QkNormKind::None);  // [n_q_embd, nt]
-        h = residual_add(b, h, b.matmul(x, l.wo), in, last);       // [n_embd, nt | n_out]
+        NodeId x = b.rms_norm(h, l.attn_norm, m.hp.rms_eps);         // [n_embd, nt]
+        x = self_attention(b, m, il, x, in, p, QkNormKind::None);    // [n_q_embd, nt]
+        h = residual_add(b, h, attn_output(b, m, il, x), in, last);  // [n_embd, nt | n_out]
 
         x = b.rms_norm(h, l.ffn_norm, m.hp.rms_eps);
         h = b.add(h, swiglu_ffn(b, m, il, x, p));

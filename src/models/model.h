@@ -42,6 +42,15 @@ struct LayerWeights {
     WeightRef ffn_down;          // [n_ff, n_embd]
 };
 
+// A model's part in a tensor-parallel group (models/shard.h): its rank's heads and K/V heads (Hparams'
+// n_head, n_head_kv), FFN columns (n_ff) and, when the vocabulary splits, rows of the embedding and the
+// lm_head from vocab_first (Hparams' n_vocab stays the whole vocabulary). A whole model is rank 0 of 1.
+struct ShardInfo {
+    int rank = 0, ranks = 1;
+    int64_t vocab_first = 0;
+    bool sharded() const { return ranks > 1; }
+};
+
 struct Model;
 using GraphBuildFn = ComputeGraph (*)(const Model& m, const GraphParams& p);
 
@@ -53,6 +62,7 @@ struct Model {
     WeightRef output;       // [n_embd, n_vocab]: token_embd when tied
     std::vector<LayerWeights> layers;
     GraphBuildFn build_graph = nullptr;
+    ShardInfo shard;
 
     // Opens `path`, reads hyper-parameters for its architecture and checks every tensor the graph will
     // reference exists with a supported type and the expected shape. Throws Error naming the problem.

@@ -6,7 +6,11 @@
 
 #include <unistd.h>
 
+#include "backend/host_comm.h"
 #include "gguf/gguf.h"
+#include "models/shard.h"
+#include "runtime/rank_threads.h"
+#include "sched/executor.h"
 #ifdef MINFER_HAVE_CUDA
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda_backend.h"
@@ -38,9 +42,10 @@ int64_t requested_ctx(const Model& m, const EngineParams& p) {
 
 // Refuses a cache that cannot fit before anything is allocated: against this machine's memory, or on a
 // GPU against the device's free memory less the weights it will upload.
-void check_kv_fits(const Model& m, const CParams& c, bool gpu) {
+// A rank's share with tensor parallelism: K/V heads split evenly.
+void check_kv_fits(const Model& m, const CParams& c, bool gpu, int ranks) {
     const double kv =
-        2.0 * m.hp.n_layer * double(kv_row_bytes(c.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx);
+        2.0 * m.hp.n_layer * double(kv_row_bytes(c.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx) / ranks;
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
 #ifdef MINFER_HAVE_CUDA
     const double room = gpu ? double(cuda::device_free_bytes()) - double(m.file->file_size()) : ram;
@@ -59,6 +64,8 @@ void check_kv_fits(const Model& m, const CParams& c, bool gpu) {
 CParams engine_cparams(const Model& m, const EngineParams& p) {
     const bool gpu = p.device != BackendKind::Cpu, paged = !gpu || p.max_seqs > 1;
     if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
+    if (p.tensor_parallel < 1 || p.tensor_parallel > 64)
+        throw Error("--tensor-parallel must be 1..64, not " + std::to_string(p.tensor_parallel));
     if (paged && (p.kv_block < 16 || (p.kv_block & (p.kv_block - 1)) != 0))
         throw Error("the KV block size must be a power of two of at least 16, not " +
                     std::to_string(p.kv_block));
@@ -71,11 +78,13 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     c.kv_type = p.kv_type;
     // The decode fusions run only for one token: an invariant row takes the unfused chain at every width.
     if (p.batch_invariant) c.fuse_qkv = c.fuse_ffn = false;
-    check_kv_fits(m, c, gpu);
+    check_kv_fits(m, c, gpu, p.tensor_parallel);
     return c;
 }
 
 std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p) {
+    // Every rank's backend on the one GPU for now: device collectives (NCCL) and a device per rank are
+    // issue 33's remaining work.
     if (p.device == BackendKind::Cpu) return nullptr;
 #ifdef MINFER_HAVE_CUDA
     CudaOptions o = p.cuda;
@@ -128,24 +137,97 @@ struct Engine::Plan {
     int64_t n_wanted = 0;
 };
 
+struct Engine::Rank {
+    std::unique_ptr<Model> shard;  // null: the whole model
+    const Model& model;
+    CpuBackend cpu;
+    std::unique_ptr<Backend> gpu;    // null on the CPU device
+    std::vector<Backend*> backends;  // priority order
+    GraphCache cache;
+    ComputeGraph* active = nullptr;                      // the graph the executor is bound to
+    std::vector<std::pair<uint64_t, BufferPlan>> plans;  // by graph uid
+    KvCache kv;
+    Executor exec{kv};
+
+    Rank(std::unique_ptr<Model> s, const Model& whole, const EngineParams& p, int threads, Communicator* comm)
+        : shard(std::move(s)),
+          model(shard ? *shard : whole),
+          cpu(*model.file, threads, CpuOptions{p.decode, p.batch_invariant, comm}),
+          gpu(make_gpu_backend(model, p)) {
+        if (gpu) backends.push_back(gpu.get());
+        backends.push_back(&cpu);
+    }
+
+    ComputeGraph planned_graph(const GraphParams& p) const {
+        ComputeGraph g = model.build_graph(model, p);
+        g.topo_order();  // validates: no dangling ids, no cycles
+        assign_backends(g, backends);
+        fuse_swiglu(g, backends);
+        if (p.cparams.gpu) fuse_matmul_add(g, backends);  // saves a kernel launch; nothing on the CPU
+        return g;
+    }
+
+    // The graph for `p`, built on first use; the executor and the backends are rebound when it is not the
+    // graph of the last step (a GPU backend sizes its scratch per graph in prepare).
+    ComputeGraph& activate(const GraphParams& p) {
+        ComputeGraph* g = cache.find(p);
+        if (g && GraphCache::tripwire_enabled()) cache.verify_structural(p, planned_graph(p));
+        if (!g) {
+            g = &cache.insert(planned_graph(p), p);
+            plans.emplace_back(g->uid, plan_buffers(*g));
+        }
+        if (g == active) return *g;
+        for (Backend* b : backends) b->prepare(*g);
+        kv.reserve(*g);
+        const auto it =
+            std::find_if(plans.begin(), plans.end(), [&](const auto& e) { return e.first == g->uid; });
+        exec.bind(*g, it->second, backends);
+        active = g;
+        return *g;
+    }
+};
+
 Engine::Engine(const Model& m, const EngineParams& p)
     : model_(m),
       cparams_(engine_cparams(m, p)),
       n_ubatch_(p.n_ubatch),
       prefix_cache_(p.prefix_cache && cparams_.paged()),  // the unpaged layout has no blocks to share
-      cpu_(*m.file, default_threads(p.n_threads), CpuOptions{p.decode, p.batch_invariant}),
-      gpu_(make_gpu_backend(m, p)),
+      comms_(p.tensor_parallel > 1 ? std::make_unique<HostCommGroup>(p.tensor_parallel) : nullptr),
       pool_(int32_t(cparams_.max_blocks()), int32_t(cparams_.block())),
       seqs_(size_t(p.max_seqs)),
       table_(size_t(cparams_.max_seqs * cparams_.max_blocks()), 0),
       observer_(observers_from_env()) {
     if (n_ubatch_ < 1) throw Error("the micro-batch size must be at least 1 token");
-    if (gpu_) backends_.push_back(gpu_.get());
-    backends_.push_back(&cpu_);
-    exec_.set_observer(observer_.get());
+    const int tp = p.tensor_parallel, threads = std::max(1, default_threads(p.n_threads) / tp);
+    for (int r = 0; r < tp; ++r)
+        ranks_.push_back(std::make_unique<Rank>(tp > 1 ? shard_model(m, r, tp) : nullptr, m, p, threads,
+                                                comms_ ? &comms_->rank(r) : nullptr));
+    if (tp > 1) threads_ = std::make_unique<RankThreads>(tp, [this] { comms_->abort(); });
+    ranks_.front()->exec.set_observer(observer_.get());
 }
 
 Engine::~Engine() = default;
+
+const ComputeGraph& Engine::graph() const {
+    return *ranks_.front()->active;
+}
+uint64_t Engine::graph_builds() const {
+    return ranks_.front()->cache.builds();
+}
+const KvCache& Engine::kv() const {
+    return ranks_.front()->kv;
+}
+const Backend* Engine::gpu() const {
+    return ranks_.front()->gpu.get();
+}
+ThreadPool& Engine::host_threads() {
+    return ranks_.front()->cpu.threads();
+}
+
+void Engine::on_ranks(const std::function<void(Rank&)>& f) {
+    if (!threads_) return f(*ranks_.front());
+    threads_->run([&](int r) { f(*ranks_[size_t(r)]); });
+}
 
 void Engine::add_observer(std::unique_ptr<StepObserver> o) {
     if (observer_) {
@@ -155,7 +237,7 @@ void Engine::add_observer(std::unique_ptr<StepObserver> o) {
         o = std::move(set);
     }
     observer_ = std::move(o);
-    exec_.set_observer(observer_.get());
+    ranks_.front()->exec.set_observer(observer_.get());
 }
 
 GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out, bool greedy) const {
@@ -163,37 +245,16 @@ GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out, bool greedy) con
 }
 
 ComputeGraph Engine::planned_graph(const GraphParams& p) {
-    ComputeGraph g = model_.build_graph(model_, p);
-    g.topo_order();  // validates: no dangling ids, no cycles
-    assign_backends(g, backends_);
-    fuse_swiglu(g, backends_);
-    if (cparams_.gpu) fuse_matmul_add(g, backends_);  // saves a kernel launch; nothing on the CPU
-    return g;
-}
-
-// The graph for `p`, built on first use; the executor and the backends are rebound when it is not the
-// graph of the last step (a GPU backend sizes its scratch per graph in prepare).
-ComputeGraph& Engine::activate(const GraphParams& p) {
-    ComputeGraph* g = cache_.find(p);
-    if (g && GraphCache::tripwire_enabled()) cache_.verify_structural(p, planned_graph(p));
-    if (!g) {
-        g = &cache_.insert(planned_graph(p), p);
-        plans_.emplace_back(g->uid, plan_buffers(*g));
-    }
-    if (g == active_) return *g;
-    for (Backend* b : backends_) b->prepare(*g);
-    kv_.reserve(*g);
-    const auto it =
-        std::find_if(plans_.begin(), plans_.end(), [&](const auto& e) { return e.first == g->uid; });
-    exec_.bind(*g, it->second, backends_);
-    active_ = g;
-    return *g;
+    return ranks_.front()->planned_graph(p);
 }
 
 void Engine::prepare(int64_t n_tokens, int64_t n_out) {
-    activate(params_for(n_tokens, n_out));
-    if (!gpu_)
-        for (int il = 0; il < model_.hp.n_layer; ++il) kv_.layer(il);
+    const GraphParams p = params_for(n_tokens, n_out);
+    on_ranks([&](Rank& r) {
+        r.activate(p);
+        if (!r.gpu)
+            for (int il = 0; il < r.model.hp.n_layer; ++il) r.kv.layer(il);
+    });
 }
 
 const Engine::Sequence& Engine::seq(SeqId s) const {
@@ -220,7 +281,7 @@ void Engine::close(SeqId s) {
 
 SeqId Engine::fork(SeqId s) {
     if (cparams_.max_blocks() == 1) throw Error("forking a sequence needs the paged KV cache (CPU)");
-    if (gpu_)
+    if (gpu())
         throw Error("forking a sequence runs on the CPU only: the copy of a shared last block is host-side");
     const SeqId f = open();
     Sequence& child = seqs_[size_t(f)];
@@ -259,7 +320,8 @@ void Engine::grow(Sequence& q, int64_t n) {
     const int64_t block = cparams_.block(), past = int64_t(q.tokens.size());
     if (past % block != 0 && pool_.refcount(q.blocks.back()) > 1) {
         const kv::BlockId copy = pool_.allocate();
-        kv_.copy_block(q.blocks.back(), copy, block, past % block);
+        for (const std::unique_ptr<Rank>& r : ranks_)
+            r->kv.copy_block(q.blocks.back(), copy, block, past % block);
         pool_.release(q.blocks.back());
         q.blocks.back() = copy;
     }
@@ -336,17 +398,21 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, bool gree
         grow(q, int64_t(c.tokens.size()));
         std::copy(q.blocks.begin(), q.blocks.end(), table_.begin() + c.seq * cparams_.max_blocks());
     }
-    ComputeGraph& g = activate(params_for(n_tokens, n_out, greedy));
-    exec_.fill_input(g.find_input("token_ids"), pl.tokens);
-    exec_.fill_input(g.find_input("positions"), pl.positions);
-    if (cparams_.paged()) {
-        exec_.fill_input(g.find_input("seq_slot"), pl.slots);
-        exec_.fill_input(g.find_input("block_table"), table_);
-    }
-    if (const NodeId out = g.find_input("out_ids"); out >= 0) exec_.fill_input(out, pl.out_rows);
-    if (observer_) observer_->begin_step(step_);
-    exec_.run(g);
-    if (observer_) observer_->end_step();
+    const GraphParams p = params_for(n_tokens, n_out, greedy);
+    on_ranks([&](Rank& r) {
+        ComputeGraph& g = r.activate(p);
+        r.exec.fill_input(g.find_input("token_ids"), pl.tokens);
+        r.exec.fill_input(g.find_input("positions"), pl.positions);
+        if (cparams_.paged()) {
+            r.exec.fill_input(g.find_input("seq_slot"), pl.slots);
+            r.exec.fill_input(g.find_input("block_table"), table_);
+        }
+        if (const NodeId out = g.find_input("out_ids"); out >= 0) r.exec.fill_input(out, pl.out_rows);
+        const bool observed = observer_ && &r == ranks_.front().get();
+        if (observed) observer_->begin_step(step_);
+        r.exec.run(g);
+        if (observed) observer_->end_step();
+    });
     ++step_;
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
@@ -354,7 +420,8 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, bool gree
         publish_full_blocks(q);
     }
     narrowed = n_out < n_tokens;
-    return exec_.data(g.outputs.front());
+    const Rank& r0 = *ranks_.front();
+    return r0.exec.data(r0.active->outputs.front());
 }
 
 namespace {

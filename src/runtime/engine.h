@@ -4,9 +4,11 @@
 // their tokens); their KV blocks come from one BlockPool shared by all, with automatic prefix caching of
 // full blocks and copy-on-write forks. With batch_invariant a sequence's logits do not depend on what
 // else shares its forwards: every per-token computation is row-local with a fixed arithmetic, and
-// padding a batch to its bucket repeats a real token.
+// padding a batch to its bucket repeats a real token. With tensor parallelism the sequences, blocks and
+// block tables are shared by every rank; each rank holds its heads' K/V for them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -16,12 +18,14 @@
 #include "backend/cuda_backend.h"
 #include "graph/cache.h"
 #include "kv/block_pool.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
-#include "sched/executor.h"
 
 namespace minfer {
 
 class StepObserver;  // runtime/observe.h
+class HostCommGroup;
+class RankThreads;
 
 // Most tokens per forward pass unless asked otherwise: llama.cpp's default micro-batch (-ub).
 constexpr int64_t kDefaultUbatch = 512;
@@ -51,6 +55,10 @@ struct EngineParams {
     // f32, MINFER_INT8_DECODE=1: plain int8, otherwise int8x2).
     cpu::DecodeDot decode = decode_dot_from_env();
     CudaOptions cuda = cuda_options_from_env();
+    // Ranks of tensor parallelism (--tensor-parallel): each holds a shard of the model (models/shard.h),
+    // its own backends and KV cache, and runs its graph on its own thread; the collectives run through
+    // host memory. 1: the whole model on one rank, no collectives.
+    int tensor_parallel = 1;
 };
 
 using SeqId = int32_t;
@@ -101,13 +109,15 @@ class Engine {
     // Builds and binds the graph of a forward of n_tokens (n_out logits) and allocates the KV cache's host
     // memory, so that the first forward times its computation alone (run's prompt rate).
     void prepare(int64_t n_tokens, int64_t n_out);
-    const ComputeGraph& graph() const { return *active_; }  // the last graph run
-    uint64_t graph_builds() const { return cache_.builds(); }
+    // Rank 0's last graph run, graph builds, KV cache and GPU backend (null on the CPU device).
+    const ComputeGraph& graph() const;
+    uint64_t graph_builds() const;
+    const KvCache& kv() const;
+    const Backend* gpu() const;
     int64_t steps() const { return step_; }
-    const KvCache& kv() const { return kv_; }
-    const Backend* gpu() const { return gpu_.get(); }
-    // The CPU backend's threads, idle between forwards: the scheduler samples its rows on them.
-    ThreadPool& host_threads() { return cpu_.threads(); }
+    int tensor_parallel() const { return int(ranks_.size()); }
+    // Rank 0's CPU threads, idle between forwards: the scheduler samples its rows on them.
+    ThreadPool& host_threads();
     // Observes every later step beside the observers of MINFER_TRACE / MINFER_GRAPH_DUMP (minfer viz
     // streams its steps through one). Observed steps run node by node: no CUDA-graph replay.
     void add_observer(std::unique_ptr<StepObserver> o);
@@ -121,6 +131,7 @@ class Engine {
         uint64_t last_key = kv::kRootHash;  // chain key of the last of them
     };
     struct Plan;  // the bucketed inputs of one forward
+    struct Rank;  // one tensor-parallel rank's model (or shard), backends, graphs and KV cache
 
     const Sequence& seq(SeqId s) const;
     Sequence& seq(SeqId s) { return const_cast<Sequence&>(std::as_const(*this).seq(s)); }
@@ -129,20 +140,15 @@ class Engine {
     void publish_full_blocks(Sequence& s);
     Plan plan(std::span<const Chunk> batch) const;
     const float* run(std::span<const Chunk> batch, const Plan& pl, bool greedy, bool& narrowed);
-    ComputeGraph& activate(const GraphParams& p);
+    void on_ranks(const std::function<void(Rank&)>& f);  // f on every rank at once
 
     const Model& model_;
     CParams cparams_;
     int64_t n_ubatch_;
     bool prefix_cache_;
-    CpuBackend cpu_;
-    std::unique_ptr<Backend> gpu_;    // null on the CPU device
-    std::vector<Backend*> backends_;  // priority order
-    GraphCache cache_;
-    ComputeGraph* active_ = nullptr;                      // the graph the executor is bound to
-    std::vector<std::pair<uint64_t, BufferPlan>> plans_;  // by graph uid
-    KvCache kv_;
-    Executor exec_{kv_};
+    std::unique_ptr<HostCommGroup> comms_;  // null for one rank
+    std::vector<std::unique_ptr<Rank>> ranks_;
+    std::unique_ptr<RankThreads> threads_;  // null for one rank
     kv::BlockPool pool_;
     std::vector<Sequence> seqs_;
     std::vector<int32_t> table_;  // [max_seqs][max_blocks], the block_table input

@@ -16,6 +16,7 @@ EngineParams engine_params(const Model& m, const SessionParams& p) {
     e.batch_invariant = p.batch_invariant;
     e.kv_type = p.kv_type;
     e.kv_mem = p.kv_mem;
+    e.tensor_parallel = p.tensor_parallel;
     return e;
 }
 

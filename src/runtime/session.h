@@ -20,6 +20,7 @@ struct SessionParams {
     bool batch_invariant = false;           // --deterministic: the arithmetic of batched runs
     GgmlType kv_type = GgmlType::F32;       // --kv-type
     int64_t kv_mem = 0;                     // --kv-mem: the context is what this many bytes hold
+    int tensor_parallel = 1;                // --tensor-parallel: ranks, each with a shard of the model
 };
 
 // The engine a Session runs on: these settings, one sequence (callers may raise max_seqs).

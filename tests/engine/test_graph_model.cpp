@@ -17,6 +17,8 @@
 #include "models/synth.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "sched/alloc.h"
+#include "sched/executor.h"
 #include "sched/passes.h"
 #include "test_data.h"
 #include "util/error.h"
