@@ -30,19 +30,34 @@ using minfer::GgufValue;
 using minfer::GgufValueType;
 using minfer::SynthSpec;
 
+// The shape of a preset: arch, layers, embd, heads, kv heads, head_dim, ff, vocab, ctx, tied.
+struct Shape {
+    const char* arch;
+    int n_layer;
+    int64_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    bool tied;
+};
+
 SynthSpec preset(const std::string& name) {
-    // arch, layers, embd, heads, kv heads, head_dim, ff, vocab, ctx, tied
-    static const std::map<std::string, SynthSpec> presets = {
+    static const std::map<std::string, Shape> presets = {
         {"qwen2.5-0.5b", {"qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, true}},
         {"qwen2.5-1.5b", {"qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, true}},
         {"qwen2.5-7b", {"qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, false}},
         {"qwen3-0.6b", {"qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true}},
         {"qwen3-8b", {"qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, false}},
         {"llama3-8b", {"llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, false}},
+        {"llama3-70b", {"llama", 80, 8192, 64, 8, 128, 28672, 128256, 8192, false}},
     };
     const auto it = presets.find(name);
     if (it == presets.end()) throw minfer::Error("unknown preset " + name);
-    return it->second;
+    const Shape& p = it->second;
+    SynthSpec s;
+    s.arch = p.arch;
+    s.n_layer = p.n_layer;
+    s.n_embd = p.n_embd, s.n_head = p.n_head, s.n_head_kv = p.n_head_kv, s.head_dim = p.head_dim;
+    s.n_ff = p.n_ff, s.n_vocab = p.n_vocab, s.n_ctx_train = p.n_ctx_train;
+    s.tied_output = p.tied;
+    return s;
 }
 
 // Sets the matrix types and their fallbacks for rows the types' blocks do not divide.
@@ -53,14 +68,14 @@ void set_type(SynthSpec& s, const std::string& name) {
     };
     const GgmlType q6 = GgmlType::Q6_K, q8 = GgmlType::Q8_0;
     static const std::map<std::string, Mix> types = {
-        {"F16", {GgmlType::F16, GgmlType::F16}},
-        {"BF16", {GgmlType::BF16, GgmlType::BF16}},
-        {"Q8_0", {q8, q8}},
-        {"Q4_0", {GgmlType::Q4_0, GgmlType::Q4_0}},
-        {"Q6_K", {q6, q8}},
-        {"Q5_K", {GgmlType::Q5_K, GgmlType::Q5_1}},
+        {"F16", {GgmlType::F16, GgmlType::F16, {}, {}}},
+        {"BF16", {GgmlType::BF16, GgmlType::BF16, {}, {}}},
+        {"Q8_0", {q8, q8, {}, {}}},
+        {"Q4_0", {GgmlType::Q4_0, GgmlType::Q4_0, {}, {}}},
+        {"Q6_K", {q6, q8, {}, {}}},
+        {"Q5_K", {GgmlType::Q5_K, GgmlType::Q5_1, {}, {}}},
         {"Q5_K_M", {GgmlType::Q5_K, GgmlType::Q5_1, q6, q8}},
-        {"Q4_K", {GgmlType::Q4_K, GgmlType::Q5_0}},
+        {"Q4_K", {GgmlType::Q4_K, GgmlType::Q5_0, {}, {}}},
         {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q5_0, q6, q8}},
     };
     const auto it = types.find(name);
@@ -112,7 +127,7 @@ int main(int argc, char** argv) {
     std::string preset_name, type_name, out, vocab;
     uint64_t seed = 1;
     app.add_option("preset", preset_name,
-                   "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b")
+                   "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b")
         ->required();
     app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0")->required();
     app.add_option("out", out, "Output GGUF")->required();

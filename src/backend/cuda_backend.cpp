@@ -13,6 +13,7 @@
 #include "backend/buffer_plan.h"
 #include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/nccl_comm.h"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda/quant_mma.h"
@@ -98,6 +99,7 @@ struct CudaBackend::Impl {
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
+    DeviceBuffer gather;           // NCCL's rank-major all-gather result before cuda::interleave_ranks
     float* pinned = nullptr;       // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
@@ -334,6 +336,7 @@ void CudaBackend::Impl::upload_all(const WeightSet& w) {
 CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights, const CudaOptions& options)
     : impl_(std::make_unique<Impl>(file, options)) {
     if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
+    MINFER_CUDA_CHECK(cudaSetDevice(options.device));
     MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     blas_check(cuda::cublas().create(&impl_->blas), "cublasCreate");
     blas_check(cuda::cublas().set_stream(impl_->blas, impl_->stream), "cublasSetStream");
@@ -354,10 +357,11 @@ uint64_t CudaBackend::graph_captures() const {
 }
 
 bool CudaBackend::supports(const CNode& n) const {
-    // Tensor-parallel collectives and vocabulary-shard lookups run on the host (the CPU backend's
-    // communicator): the executor moves their few rows across.
+    // Tensor-parallel collectives run here through NCCL when the rank has a device group, otherwise on the
+    // host (the CPU backend's communicator); vocabulary-shard lookups on the host: the executor moves their
+    // few rows across.
     if (std::holds_alternative<op::AllReduce>(n.op) || std::holds_alternative<op::AllGather>(n.op))
-        return false;
+        return impl_->opt.nccl != nullptr;
     if (const auto* rows = std::get_if<op::GetRows>(&n.op); rows && rows->shard) return false;
     // The KV regions on the device hold f32 rows.
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
@@ -412,7 +416,7 @@ bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
 // products' quantized x and partial sums.
 bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
-    size_t mma_bytes = 0, mma_floats = 0;
+    size_t mma_bytes = 0, mma_floats = 0, gather_floats = 0;
     const auto need_mma = [&](const QMatrix& w, int64_t nt) {
         if (!use_mma(w, nt)) return;
         mma_bytes = std::max(mma_bytes, cuda::mma_x_bytes(w.n_in, nt));
@@ -428,6 +432,8 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
+        if (std::holds_alternative<op::AllGather>(n.op))
+            gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         const auto* m = std::get_if<meta::MatMul>(&n.meta);
         const auto w = m ? mats.find(m->weight.name) : mats.end();
         if (w != mats.end() && use_mma(w->second, nt)) {
@@ -448,6 +454,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     moved |= gemm_x.reserve(x_halves * 2);
     moved |= mma_x.reserve(mma_bytes);
     moved |= mma_part.reserve(mma_floats * sizeof(float));
+    moved |= gather.reserve(gather_floats * sizeof(float));
     return moved;
 }
 
@@ -693,8 +700,10 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::ArgMax&) {
                 cuda::argmax_rows(in(0), g[n.src[0]].shape[0], d, reinterpret_cast<int32_t*>(out), s);
             },
-            [&](const op::AllReduce&) { throw Error("CUDA backend: " + n.name + " runs on the host"); },
-            [&](const op::AllGather&) { throw Error("CUDA backend: " + n.name + " runs on the host"); },
+            [&](const op::AllReduce&) { opt.nccl->all_reduce(opt.rank, in(0), out, numel, s); },
+            [&](const op::AllGather& o) {
+                opt.nccl->all_gather(opt.rank, in(0), out, d / o.ranks, nt, gather.as<float>(), s);
+            },
             [&](const op::FusedFFN&) {
                 const auto& m = std::get<meta::FusedFfn>(n.meta);
                 if (nt > cuda::kMaxMatvecTokens)

@@ -14,6 +14,9 @@ namespace minfer {
 
 class GgufFile;
 struct WeightSet;
+namespace cuda {
+class NcclGroup;  // backend/cuda/nccl_comm.h
+}
 
 // The backend's settings, read once where the engine's parameters are made (runtime/engine.h) and
 // passed in; the MINFER_* switches that set them are for measurement and tests.
@@ -34,6 +37,11 @@ struct CudaOptions {
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its
     // own inputs only.
     bool invariant = false;
+    int device = 0;  // the GPU this backend runs on (made current by its constructor)
+    // A tensor-parallel rank's device collectives (NCCL), as rank `rank` of the group: its AllReduce and
+    // AllGather nodes then run on this backend's stream, inside its CUDA graphs; null: on the host.
+    const cuda::NcclGroup* nccl = nullptr;
+    int rank = 0;
 };
 
 class CudaBackend final : public Backend {

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "sched/executor.h"
 #ifdef MINFER_HAVE_CUDA
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/nccl_comm.h"
 #include "backend/cuda_backend.h"
 #endif
 #include "runtime/observe.h"
@@ -82,9 +84,10 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     return c;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p) {
-    // Every rank's backend on the one GPU for now: device collectives (NCCL) and a device per rank are
-    // issue 33's remaining work.
+// Rank `rank`'s GPU backend: device rank % the devices there are, its collectives through `nccl` when
+// the group exists (one device per rank), else on the host.
+std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p, int rank,
+                                          const cuda::NcclGroup* nccl) {
     if (p.device == BackendKind::Cpu) return nullptr;
 #ifdef MINFER_HAVE_CUDA
     CudaOptions o = p.cuda;
@@ -92,9 +95,26 @@ std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p)
                  : p.decode == cpu::DecodeDot::Int8 ? CudaOptions::DecodeX::Int8
                                                     : CudaOptions::DecodeX::Int8x2;
     o.invariant = p.batch_invariant;
+    o.device = rank % std::max(1, cuda::device_count());
+    o.nccl = nccl;
+    o.rank = rank;
     return std::make_unique<CudaBackend>(*m.file, m.weight_set(), o);
 #else
     throw Error("--device cuda: this minfer was built without CUDA (no nvcc was found at build time)");
+#endif
+}
+
+// The device collectives of a tensor-parallel group on the GPU: null (the host's) for one rank, on the
+// CPU, or when NCCL cannot make the group (fewer GPUs than ranks, no libnccl), which stderr then says.
+std::shared_ptr<cuda::NcclGroup> make_nccl_group(const EngineParams& p) {
+    if (p.device == BackendKind::Cpu || p.tensor_parallel < 2) return nullptr;
+#ifdef MINFER_HAVE_CUDA
+    std::string why;
+    std::shared_ptr<cuda::NcclGroup> g = cuda::NcclGroup::create(p.tensor_parallel, why);
+    if (!g) std::fprintf(stderr, "tensor parallel: collectives through host memory (%s)\n", why.c_str());
+    return g;
+#else
+    return nullptr;
 #endif
 }
 
@@ -148,14 +168,32 @@ struct Engine::Rank {
     std::vector<std::pair<uint64_t, BufferPlan>> plans;  // by graph uid
     KvCache kv;
     Executor exec{kv};
+    int device;  // the GPU of `gpu`; -1 without one
 
-    Rank(std::unique_ptr<Model> s, const Model& whole, const EngineParams& p, int threads, Communicator* comm)
+    Rank(std::unique_ptr<Model> s, const Model& whole, const EngineParams& p, int threads, int rank,
+         Communicator* comm, const cuda::NcclGroup* nccl)
         : shard(std::move(s)),
           model(shard ? *shard : whole),
           cpu(*model.file, threads, CpuOptions{p.decode, p.batch_invariant, comm}),
-          gpu(make_gpu_backend(model, p)) {
+          gpu(make_gpu_backend(model, p, rank, nccl)),
+          device(gpu ? rank % gpu_count() : -1) {
         if (gpu) backends.push_back(gpu.get());
         backends.push_back(&cpu);
+    }
+    ~Rank() { enter(); }  // the backends free their device memory on their own device
+
+    // Makes the rank's GPU current on the calling thread.
+    void enter() const {
+#ifdef MINFER_HAVE_CUDA
+        if (device >= 0) cuda::use_device(device);
+#endif
+    }
+    static int gpu_count() {
+#ifdef MINFER_HAVE_CUDA
+        return std::max(1, cuda::device_count());
+#else
+        return 1;
+#endif
     }
 
     ComputeGraph planned_graph(const GraphParams& p) const {
@@ -193,6 +231,7 @@ Engine::Engine(const Model& m, const EngineParams& p)
       n_ubatch_(p.n_ubatch),
       prefix_cache_(p.prefix_cache && cparams_.paged()),  // the unpaged layout has no blocks to share
       comms_(p.tensor_parallel > 1 ? std::make_unique<HostCommGroup>(p.tensor_parallel) : nullptr),
+      nccl_(make_nccl_group(p)),
       pool_(int32_t(cparams_.max_blocks()), int32_t(cparams_.block())),
       seqs_(size_t(p.max_seqs)),
       table_(size_t(cparams_.max_seqs * cparams_.max_blocks()), 0),
@@ -200,8 +239,9 @@ Engine::Engine(const Model& m, const EngineParams& p)
     if (n_ubatch_ < 1) throw Error("the micro-batch size must be at least 1 token");
     const int tp = p.tensor_parallel, threads = std::max(1, default_threads(p.n_threads) / tp);
     for (int r = 0; r < tp; ++r)
-        ranks_.push_back(std::make_unique<Rank>(tp > 1 ? shard_model(m, r, tp) : nullptr, m, p, threads,
-                                                comms_ ? &comms_->rank(r) : nullptr));
+        ranks_.push_back(std::make_unique<Rank>(tp > 1 ? shard_model(m, r, tp) : nullptr, m, p, threads, r,
+                                                comms_ ? &comms_->rank(r) : nullptr, nccl_.get()));
+    ranks_.front()->enter();
     if (tp > 1) threads_ = std::make_unique<RankThreads>(tp, [this] { comms_->abort(); });
     ranks_.front()->exec.set_observer(observer_.get());
 }
@@ -226,7 +266,10 @@ ThreadPool& Engine::host_threads() {
 
 void Engine::on_ranks(const std::function<void(Rank&)>& f) {
     if (!threads_) return f(*ranks_.front());
-    threads_->run([&](int r) { f(*ranks_[size_t(r)]); });
+    threads_->run([&](int r) {
+        ranks_[size_t(r)]->enter();
+        f(*ranks_[size_t(r)]);
+    });
 }
 
 void Engine::add_observer(std::unique_ptr<StepObserver> o) {

@@ -147,6 +147,9 @@ class Engine {
     int64_t n_ubatch_;
     bool prefix_cache_;
     std::unique_ptr<HostCommGroup> comms_;  // null for one rank
+    // A GPU group's device collectives (NCCL); null: the host's. A shared_ptr binds its deleter where the
+    // group is made, so builds without CUDA never need the type.
+    std::shared_ptr<cuda::NcclGroup> nccl_;
     std::vector<std::unique_ptr<Rank>> ranks_;
     std::unique_ptr<RankThreads> threads_;  // null for one rank
     kv::BlockPool pool_;

@@ -304,6 +304,29 @@ TEST(CudaOps, GetRowsF32) {
     }
 }
 
+// interleave_ranks is a copy: exact, every rank's block of every row in place, for one row (decode), a
+// few and more threads than a block has.
+TEST(CudaOps, InterleaveRanks) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(808);
+    for (const int ranks : {1, 2, 3, 8})
+        for (const auto& [n, rows] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {300, 1}, {1000, 9}}) {
+            SCOPED_TRACE("ranks " + std::to_string(ranks) + ", n " + std::to_string(n) + ", rows " +
+                         std::to_string(rows));
+            const int64_t total = ranks * rows * n;
+            const Vec src = uniform(rng, total, -1.0f, 1.0f);  // [ranks][rows][n]
+            DeviceBuffer<float> dsrc(src), dout(sz(total));
+            fill_nan(dout, total);
+            cuda::interleave_ranks(dsrc.get(), n, rows, ranks, dout.get(), nullptr);
+            sync();
+            Vec want(sz(total));  // [rows][ranks * n]
+            for (int k = 0; k < ranks; ++k)
+                for (int64_t t = 0; t < rows; ++t)
+                    std::copy_n(src.begin() + (k * rows + t) * n, n, want.begin() + (t * ranks + k) * n);
+            expect_exact(dout.download(), want, "interleave_ranks");
+        }
+}
+
 // kv_store is a copy: rows at valid positions must equal the inputs exactly; out-of-range positions
 // (-1, n_ctx, far past) are skipped, and every other row of the region keeps its previous contents, as
 // do two guard rows past the region's n_ctx rows (where position n_ctx would land if the bound were off).

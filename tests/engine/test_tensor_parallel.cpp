@@ -1,7 +1,8 @@
-// Tensor parallelism on the CPU: the host communicator's collectives against a serial fixed-order
-// reference, the shard's slices against the whole model's tensors (dequantized), the shard graphs'
-// collectives, and engines of 2 ranks against 1: logits within a stated budget, greedy tokens counted,
-// run-to-run and batch-invariant results memcmp-equal. (The goldens run at 2 ranks in test_golden.cpp.)
+// Tensor parallelism on the CPU (and, where there is one, the GPU): the host communicator's collectives
+// against a serial fixed-order reference, the shard's slices against the whole model's tensors (dequantized),
+// the shard graphs' collectives, and engines of 2 ranks against 1: logits within a stated budget, greedy
+// tokens counted, run-to-run and batch-invariant results memcmp-equal. (The goldens run at 2 ranks in
+// test_golden.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,9 @@
 #include <thread>
 
 #include "backend/host_comm.h"
+#ifdef MINFER_HAVE_CUDA
+#include "backend/cuda/cuda_util.h"
+#endif
 #include "gguf/gguf.h"
 #include "invariant_params.h"
 #include "models/model.h"
@@ -260,7 +264,7 @@ Decoded decode(const Model& m, EngineParams p, const std::vector<int32_t>& promp
 // absolute (measured worst: 9.2e-4 on qwen3-mini Q6_K, 6e-6 on llama-mini F16).
 constexpr double kRankOrderBudget = 2e-3;
 
-TEST(TensorParallelEngine, TwoRanksAgreeWithOneWithinTheBudgetAndRepeatBitForBit) {
+void expect_two_ranks_agree_with_one(BackendKind device) {
     for (const char* f :
          {"embedded", "qwen2-mini-Q4_K_M.gguf", "llama-mini-F16.gguf", "qwen3-mini-Q6_K.gguf"}) {
         const std::string file = std::string(f) == "embedded" ? embedded_model() : model_path(f);
@@ -270,6 +274,7 @@ TEST(TensorParallelEngine, TwoRanksAgreeWithOneWithinTheBudgetAndRepeatBitForBit
         EngineParams p;
         p.n_threads = 2;
         p.n_ctx = 256;
+        p.device = device;
         const std::vector<int32_t> prompt{1, 100, 2000, 300, 42, 7};
         const Decoded one = decode(*m, p, prompt, 24);
         p.tensor_parallel = 2;
@@ -289,10 +294,15 @@ TEST(TensorParallelEngine, TwoRanksAgreeWithOneWithinTheBudgetAndRepeatBitForBit
     }
 }
 
-TEST(TensorParallelEngine, BatchInvariantAtTwoRanks) {
+TEST(TensorParallelEngine, TwoRanksAgreeWithOneWithinTheBudgetAndRepeatBitForBit) {
+    expect_two_ranks_agree_with_one(BackendKind::Cpu);
+}
+
+void expect_batch_invariant_at_two_ranks(BackendKind device) {
     const auto m = Model::load(embedded_model());
     EngineParams p = invariant_params(3, 512);
     p.tensor_parallel = 2;
+    p.device = device;
     std::mt19937 rng(5);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(m->hp.n_vocab) - 1);
     std::vector<std::vector<int32_t>> prompts(3);
@@ -311,6 +321,24 @@ TEST(TensorParallelEngine, BatchInvariantAtTwoRanks) {
     ASSERT_EQ(lm.size(), 3 * n_vocab);
     EXPECT_EQ(std::memcmp(lm.data() + n_vocab, want.data(), n_vocab * sizeof(float)), 0);
 }
+
+TEST(TensorParallelEngine, BatchInvariantAtTwoRanks) {
+    expect_batch_invariant_at_two_ranks(BackendKind::Cpu);
+}
+
+#ifdef MINFER_HAVE_CUDA
+// The same on the GPU: every rank's device collectives through NCCL where there are two GPUs, else both
+// ranks on the one GPU with the host's collectives. Skipped without a GPU.
+TEST(TensorParallelCuda, TwoRanksAgreeWithOneWithinTheBudgetAndRepeatBitForBit) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    expect_two_ranks_agree_with_one(BackendKind::Cuda);
+}
+
+TEST(TensorParallelCuda, BatchInvariantAtTwoRanks) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    expect_batch_invariant_at_two_ranks(BackendKind::Cuda);
+}
+#endif
 
 }  // namespace
 }  // namespace minfer::test

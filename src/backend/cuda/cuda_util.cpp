@@ -21,6 +21,10 @@ int device_count() {
     return n;
 }
 
+void use_device(int d) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+}
+
 int64_t device_free_bytes() {
     size_t free = 0, total = 0;
     if (device_count() == 0 || cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;

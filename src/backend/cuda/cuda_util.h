@@ -10,6 +10,9 @@ void check(int status, const char* what);
 // Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
 
+// Makes device d current on the calling thread (each tensor-parallel rank's thread, before its work).
+void use_device(int d);
+
 // Free bytes of the current device's memory (cudaMemGetInfo); 0 when there is no device.
 int64_t device_free_bytes();
 

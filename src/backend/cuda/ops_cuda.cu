@@ -162,6 +162,13 @@ __global__ void get_rows_f32_kernel(const float* src, int64_t d, const int32_t* 
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[blockIdx.x * d + i] = row[i];
 }
 
+__global__ void interleave_ranks_kernel(const float* src, int64_t n, int64_t rows, float* out) {
+    begin_kernel();
+    const int64_t t = blockIdx.x, k = blockIdx.y;
+    const float* from = src + (k * rows + t) * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[(t * gridDim.y + k) * n + i] = from[i];
+}
+
 __global__ void kv_store_kernel(const float* k, const float* v, KvSlots at, KvRegion r) {
     begin_kernel();
     const int64_t t = blockIdx.x, p = own_slot(at, r, t);
@@ -218,6 +225,12 @@ void argmax_rows(const float* x, int64_t n, int64_t rows, int32_t* ids, Stream s
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s) {
     if (nt <= 0) return;
     launch("get_rows_f32 kernel", get_rows_f32_kernel, unsigned(nt), 256, 0, s, src, d, ids, out);
+}
+
+void interleave_ranks(const float* src, int64_t n, int64_t rows, int ranks, float* out, Stream s) {
+    if (rows <= 0 || n <= 0) return;
+    launch("interleave_ranks kernel", interleave_ranks_kernel, dim3(unsigned(rows), unsigned(ranks)), 256, 0,
+           s, src, n, rows, out);
 }
 
 void kv_store(const float* k, const float* v, const KvSlots& at, int64_t nt, const KvRegion& r, Stream s) {

@@ -35,6 +35,10 @@ void argmax_rows(const float* x, int64_t n, int64_t rows, int32_t* ids, Stream s
 // out[t] = src[ids[t]] for rows of d floats.
 void get_rows_f32(const float* src, int64_t d, const int32_t* ids, int64_t nt, float* out, Stream s);
 
+// out[t][k * n + i] = src[k][t][i] for `ranks` blocks of rows x n: the rank-major blocks of an NCCL
+// all-gather as rows that hold every rank's part, rank by rank (op::AllGather's layout).
+void interleave_ranks(const float* src, int64_t n, int64_t rows, int ranks, float* out, Stream s);
+
 // A layer's persistent K and V regions: [n_ctx][n_embd] f32 each (n_ctx token slots).
 struct KvRegion {
     float* k;
