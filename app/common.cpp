@@ -273,9 +273,11 @@ void add_kv_type_option(CLI::App& app, GgmlType& type) {
 }
 
 void add_tensor_parallel_option(CLI::App& app, int& ranks) {
-    app.add_option("--tensor-parallel", ranks,
-                   "Split the model over N ranks (attention heads, FFN columns, vocabulary), each on its own "
-                   "thread with its own KV cache; collectives through host memory")
+    app.add_option(
+           "--tensor-parallel", ranks,
+           "Split the model over N ranks (attention heads, FFN columns, vocabulary), each on its own "
+           "thread with its own KV cache; with --device cuda rank r on GPU r, the collectives through "
+           "NCCL (through host memory when the GPUs are fewer than N)")
         ->type_name("N")
         ->capture_default_str()
         ->check(int_in(1, 64));
