@@ -84,7 +84,16 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     return c;
 }
 
-// Rank `rank`'s GPU backend: device rank % the devices there are, its collectives through `nccl` when
+// The GPU of tensor-parallel rank `rank`: rank % the devices there are (all on device 0 without CUDA).
+int rank_device([[maybe_unused]] int rank) {
+#ifdef MINFER_HAVE_CUDA
+    return rank % std::max(1, cuda::device_count());
+#else
+    return 0;
+#endif
+}
+
+// Rank `rank`'s GPU backend: on rank_device(rank), its collectives through `nccl` when
 // the group exists (one device per rank), else on the host.
 std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p, int rank,
                                           const cuda::NcclGroup* nccl) {
@@ -95,7 +104,7 @@ std::unique_ptr<Backend> make_gpu_backend(const Model& m, const EngineParams& p,
                  : p.decode == cpu::DecodeDot::Int8 ? CudaOptions::DecodeX::Int8
                                                     : CudaOptions::DecodeX::Int8x2;
     o.invariant = p.batch_invariant;
-    o.device = rank % std::max(1, cuda::device_count());
+    o.device = rank_device(rank);
     o.nccl = nccl;
     o.rank = rank;
     return std::make_unique<CudaBackend>(*m.file, m.weight_set(), o);
@@ -176,7 +185,7 @@ struct Engine::Rank {
           model(shard ? *shard : whole),
           cpu(*model.file, threads, CpuOptions{p.decode, p.batch_invariant, comm}),
           gpu(make_gpu_backend(model, p, rank, nccl)),
-          device(gpu ? rank % gpu_count() : -1) {
+          device(gpu ? rank_device(rank) : -1) {
         if (gpu) backends.push_back(gpu.get());
         backends.push_back(&cpu);
     }
@@ -186,13 +195,6 @@ struct Engine::Rank {
     void enter() const {
 #ifdef MINFER_HAVE_CUDA
         if (device >= 0) cuda::use_device(device);
-#endif
-    }
-    static int gpu_count() {
-#ifdef MINFER_HAVE_CUDA
-        return std::max(1, cuda::device_count());
-#else
-        return 1;
 #endif
     }
 
