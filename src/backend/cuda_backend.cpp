@@ -336,7 +336,7 @@ void CudaBackend::Impl::upload_all(const WeightSet& w) {
 CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights, const CudaOptions& options)
     : impl_(std::make_unique<Impl>(file, options)) {
     if (cuda::device_count() == 0) throw Error("--device cuda: no CUDA device is available");
-    MINFER_CUDA_CHECK(cudaSetDevice(options.device));
+    cuda::use_device(options.device);
     MINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     blas_check(cuda::cublas().create(&impl_->blas), "cublasCreate");
     blas_check(cuda::cublas().set_stream(impl_->blas, impl_->stream), "cublasSetStream");
@@ -432,7 +432,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
-        if (std::holds_alternative<op::AllGather>(n.op))
+        if (opt.nccl && std::holds_alternative<op::AllGather>(n.op))
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         const auto* m = std::get_if<meta::MatMul>(&n.meta);
         const auto w = m ? mats.find(m->weight.name) : mats.end();
