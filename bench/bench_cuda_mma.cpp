@@ -1,5 +1,6 @@
-// The tensor-core products (backend/cuda/quant_mma.h) per layer shape, weight type and column count:
-// microseconds per call (x's quantization included) and the weight bytes streamed per second. Each timed
+// The tensor-core products (backend/cuda/quant_mma.h: the int8 kernels, direct and staged;
+// quant_mma_f16.h: the f16 one) per layer shape, weight type and column count: microseconds per call
+// (x's quantization or conversion to half included) and the weight bytes streamed per second. Each timed
 // call reads a different copy of the matrix (together larger than L2), as a decode step reads every
 // layer's weights once.
 //
@@ -15,8 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_f16.h"
 #include "cuda_bench_util.h"
 #include "quant/quants.h"
 
@@ -60,8 +63,9 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
     check(cudaStreamSynchronize(s));
     cudaFree(raw);
     for (int64_t nt : cols)
-        for (const auto& [kernel, kname] :
-             {std::pair{cuda::MmaKernel::Direct, "direct"}, std::pair{cuda::MmaKernel::Staged, "staged"}}) {
+        for (const char* kname : {"direct", "staged", "f16"}) {
+            const bool f16 = kname[0] == 'f';
+            const auto kernel = kname[0] == 'd' ? cuda::MmaKernel::Direct : cuda::MmaKernel::Staged;
             const cuda::QMatrix w0{sh.type, mats[0], sh.n_in, sh.n_out, false, pad};
             float *x, *y, *scratch;
             void* xq;
@@ -71,10 +75,14 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
             check(cudaMalloc(&x, hx.size() * 4));
             check(cudaMalloc(&y, size_t(nt * sh.n_out) * 4));
             check(cudaMalloc(&scratch, std::max<size_t>(cuda::mma_scratch_floats(w0, nt), 1) * 4));
-            check(cudaMalloc(&xq, cuda::mma_x_bytes(sh.n_in, nt)));
+            check(cudaMalloc(&xq, std::max(cuda::mma_x_bytes(sh.n_in, nt), size_t(nt * sh.n_in) * 2)));
             check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
             const auto call = [&](int i) {
                 const cuda::QMatrix w{sh.type, mats[size_t(i % copies)], sh.n_in, sh.n_out, false, pad};
+                if (f16) {
+                    cuda::split_f16(x, xq, nullptr, nt * sh.n_in, s);
+                    return cuda::matmul_mma_f16(w, xq, nt, y, nullptr, nullptr, scratch, s);
+                }
                 cuda::quantize_x_mma(x, sh.n_in, nt, xq, s);
                 cuda::matmul_mma(w, xq, nt, y, nullptr, nullptr, scratch, s, kernel);
             };

@@ -17,6 +17,7 @@
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_f16.h"
 #include "gguf/gguf.h"
 #include "graph/weights.h"
 #include "kv/kv_cache.h"
@@ -226,6 +227,7 @@ struct CudaBackend::Impl {
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
     bool use_mma(const QMatrix& w, int64_t nt) const;
+    bool use_mma_f16(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
@@ -418,8 +420,9 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     size_t mma_bytes = 0, mma_floats = 0, gather_floats = 0;
     const auto need_mma = [&](const QMatrix& w, int64_t nt) {
-        if (!use_mma(w, nt)) return;
-        mma_bytes = std::max(mma_bytes, cuda::mma_x_bytes(w.n_in, nt));
+        const bool f16 = use_mma_f16(w, nt);
+        if (!f16 && !use_mma(w, nt)) return;
+        mma_bytes = std::max(mma_bytes, f16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
         mma_floats = std::max(mma_floats, cuda::mma_scratch_floats(w, nt));
     };
     for (const CNode& n : g.nodes) {
@@ -436,7 +439,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         const auto* m = std::get_if<meta::MatMul>(&n.meta);
         const auto w = m ? mats.find(m->weight.name) : mats.end();
-        if (w != mats.end() && use_mma(w->second, nt)) {
+        if (w != mats.end() && (use_mma(w->second, nt) || use_mma_f16(w->second, nt))) {
             need_mma(w->second, nt);
         } else if (m && nt >= gemm_tokens) {
             w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
@@ -555,11 +558,21 @@ bool CudaBackend::Impl::use_mma(const QMatrix& w, int64_t nt) const {
     return opt.invariant || (nt >= 2 && nt <= (wide ? 2 : 1) * opt.mma_tokens);
 }
 
+// Products too wide for use_mma, up to mma_f16_tokens columns, on the f16 tensor cores (not in the
+// invariant mode, whose products all take the int8 kernel).
+bool CudaBackend::Impl::use_mma_f16(const QMatrix& w, int64_t nt) const {
+    return !opt.invariant && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w) && !use_mma(w, nt) && nt > 1;
+}
+
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
     if (use_mma(w, nt)) {
         cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
         return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+    }
+    if (use_mma_f16(w, nt)) {
+        cuda::split_f16(x, mma_x.ptr, nullptr, nt * w.n_in, stream);
+        return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
     }
     if (opt.invariant && nt > 1) {  // every column as a one-token product
         for (int64_t t = 0; t < nt; ++t)

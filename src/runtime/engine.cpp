@@ -148,7 +148,9 @@ CudaOptions cuda_options_from_env() {
     // MINFER_MMA_TOKENS=N: the widest product on the tensor cores (measurements of the crossover).
     if (const char* n = std::getenv("MINFER_MMA_TOKENS"); n && std::atoll(n) >= 0)
         o.mma_tokens = std::atoll(n);
-    if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0;
+    if (const char* n = std::getenv("MINFER_MMA_F16_TOKENS"); n && std::atoll(n) >= 0)
+        o.mma_f16_tokens = std::atoll(n);
+    if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0, o.mma_f16_tokens = 0;
     return o;
 }
 

@@ -1,7 +1,8 @@
 // The tensor-core products (backend/cuda/quant_mma.h): quantize_x_mma bit for bit against the CPU's
 // int8x2 quantization, matmul_mma against the double-precision product with that quantized x within a
 // stated rounding budget, and batch invariance: a column's bits do not depend on how many columns share
-// the product or where it sits among them. Skipped where no GPU is present.
+// the product or where it sits among them; matmul_mma_f16 (quant_mma_f16.h) against the double product of
+// the same halves, and its batch invariance. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,11 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/quant_cuda.h"
 #include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_f16.h"
 #include "cuda/cuda_test_util.h"
 #include "cuda/quant_ref_util.h"
 #include "util/error.h"
+#include "util/fp16.h"
 
 namespace minfer::test {
 namespace {
@@ -190,6 +194,102 @@ TEST_P(CudaMma, StagedEqualsDirect) {
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMma, ::testing::ValuesIn(kTypes), type_name);
 
+// y = W x (+ bias) (+ res) through split_f16 and matmul_mma_f16.
+std::vector<float> run_mma_f16(const QMatrix& w, const DeviceBuffer<float>& x, int64_t nt, const float* bias,
+                               const float* res) {
+    DeviceBuffer<uint16_t> x16(size_t(nt * w.n_in));
+    DeviceBuffer<float> scratch(std::max<size_t>(cuda::mma_scratch_floats(w, nt), 1));
+    DeviceBuffer<float> y(size_t(nt * w.n_out));
+    TestStream s;
+    cuda::split_f16(x.get(), x16.get(), nullptr, nt * w.n_in, s.get());
+    cuda::matmul_mma_f16(w, x16.get(), nt, y.get(), bias, res, scratch.get(), s.get());
+    s.sync();
+    return y.download();
+}
+
+std::vector<float> rounded_to_half(std::vector<float> v) {
+    for (float& f : v) f = fp16_to_f32(f32_to_fp16(f));
+    return v;
+}
+
+// Rounding budget of the f16 product against the double product of the same halves (each weight as
+// dequant_f16 rounds it, x as split_f16 does): every product of two halves is exact in f32, so the error
+// is the f32 accumulation alone, one rounding per k16 step of the row (n_in / 16) plus the split partial
+// sums and the bias and residual; with random-sign roundings it stays far inside
+// 2e-5 * (sum |w x| + |bias| + |res|) + 1e-6 at n_in = 18944. A wrong lane, level, scale or split gives
+// errors of the order of the row's magnitude.
+constexpr double kF16RelBudget = 2e-5;
+
+class CudaMmaF16 : public CudaMma {};
+
+TEST_P(CudaMmaF16, MatmulMatchesReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4242);
+    double worst = 0.0;
+    const bool b32 = traits(GetParam().type).block_size == 32;
+    for (const int64_t n_in : b32 ? std::vector<int64_t>{128, 896, 4864, 18944} : row_lengths())
+        for (const int64_t n_out : {1, 131, 1024}) {
+            HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
+            const DeviceMatrix dw(w, GetParam().padded);
+            ASSERT_TRUE(cuda::mma_f16_fits(dw.qm));
+            w.values = rounded_to_half(w.values);
+            for (const int64_t nt : {1, 33, 64, 70, 130}) {
+                if (n_in * n_out * nt > (int64_t(1) << 29)) continue;
+                const std::vector<float> x = gaussian(rng, nt * n_in);
+                const std::vector<float> bias = gaussian(rng, n_out), res = gaussian(rng, nt * n_out);
+                const RefDots ref = reference_dots(w, rounded_to_half(x), nt);
+                DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+                for (int extra = 0; extra < 2; ++extra) {
+                    const std::vector<float> y = run_mma_f16(dw.qm, dx, nt, extra ? dbias.get() : nullptr,
+                                                             extra ? dres.get() : nullptr);
+                    for (size_t k = 0; k < y.size(); ++k) {
+                        const size_t r = k % size_t(n_out);
+                        const double b = extra ? bias[r] : 0.0, rs = extra ? res[k] : 0.0;
+                        const double want = ref.dot[k] + b + rs;
+                        const double tol =
+                            kF16RelBudget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
+                        ASSERT_NEAR(y[k], want, tol)
+                            << traits(w.type).name << " " << n_out << "x" << n_in << " nt=" << nt
+                            << " column " << k / n_out << " row " << r;
+                        worst = std::max(worst, std::fabs(y[k] - want) / tol);
+                    }
+                }
+            }
+        }
+    std::printf("[ budget   ] worst matmul_mma_f16 error / budget: %.4f\n", worst);
+}
+
+// A column's outputs are the same bits alone and in batches of 33 and 130 (every offset of the 33).
+TEST_P(CudaMmaF16, ColumnsAreBatchInvariant) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(17);
+    const int64_t n_in = traits(GetParam().type).block_size == 32 ? 896 : 3584, n_out = 4608, nt = 130;
+    const HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
+    const DeviceMatrix dw(w, GetParam().padded);
+    std::vector<float> x = gaussian(rng, nt * n_in);
+    std::fill_n(x.begin() + 11 * n_in, n_in, 0.0f);
+    const std::vector<float> bias = gaussian(rng, n_out), res = gaussian(rng, nt * n_out);
+    DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+    const std::vector<float> all = run_mma_f16(dw.qm, dx, nt, dbias.get(), dres.get());
+    for (int64_t c = 0; c < nt; c += 3) {
+        DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
+        DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
+        const std::vector<float> alone = run_mma_f16(dw.qm, dxc, 1, dbias.get(), drc.get());
+        ASSERT_EQ(std::memcmp(alone.data(), all.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
+            << "column " << c << " alone differs from the batch of " << nt;
+    }
+    for (int64_t off = 0; off + 33 <= nt; off += 31) {
+        DeviceBuffer<float> dxs(std::vector<float>(x.begin() + off * n_in, x.begin() + (off + 33) * n_in));
+        DeviceBuffer<float> drs(
+            std::vector<float>(res.begin() + off * n_out, res.begin() + (off + 33) * n_out));
+        const std::vector<float> part = run_mma_f16(dw.qm, dxs, 33, dbias.get(), drs.get());
+        ASSERT_EQ(std::memcmp(part.data(), all.data() + off * n_out, part.size() * sizeof(float)), 0)
+            << "columns " << off << ".." << off + 32 << " in a batch of 33 differ from the batch of " << nt;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMmaF16, ::testing::ValuesIn(kTypes), type_name);
+
 // quantize_x_mma's levels and steps are the CPU's quantize_q8x2, bit for bit, in its layout: per column
 // and 32-element block, lane t's 8 hi then 8 lo levels of elements 8t..8t+7; the steps {d, d * sum} per
 // block and column after all levels; columns past nt zero.
@@ -246,6 +346,13 @@ TEST(CudaMmaApi, FitsAndRefusals) {
     EXPECT_FALSE(cuda::mma_fits(f16));
     EXPECT_FALSE(cuda::mma_fits(q8_odd));
     EXPECT_THROW(cuda::matmul_mma(q5k, nullptr, 4, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+    const QMatrix q8_three_blocks{GgmlType::Q8_0, nullptr, 96, 16};  // not whole four-block stages
+    EXPECT_TRUE(cuda::mma_f16_fits(q4k));
+    EXPECT_TRUE(cuda::mma_f16_fits(q6k_padded));
+    EXPECT_FALSE(cuda::mma_f16_fits(q6k_raw));
+    EXPECT_FALSE(cuda::mma_f16_fits(q8_three_blocks));
+    EXPECT_FALSE(cuda::mma_f16_fits(q5k));
+    EXPECT_THROW(cuda::matmul_mma_f16(q5k, nullptr, 40, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
 }
 
 }  // namespace

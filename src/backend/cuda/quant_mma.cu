@@ -23,30 +23,22 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_common.cuh"
 #include "backend/cuda/x_levels.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {
 namespace {
 
-using qblocks::h2f;
-using qblocks::spread_bit4;
+using namespace mma;
 
-constexpr int kWarps = 4;                      // warps of a thread block
-constexpr int kMt = 2;                         // m16 tiles of a warp
-constexpr int kBlockRows = kWarps * kMt * 16;  // rows of a thread block
 constexpr int kXBlock = 64;  // bytes of one column's 32-element block: per lane t, 8 hi then 8 lo levels
-constexpr int kMaxSplits = 16;
 // Products of at least this many columns take the staged kernel when its stages fit the rows (Auto).
 constexpr int64_t kStagedFrom = 2;
 
 // Quantized x: levels [nt8][nb32][64] int8, then steps [nb32][nt8] float2 {d, d * sum(254 hi + lo)};
 // columns nt..nt8-1 are zero.
-int64_t cols8(int64_t nt) {
-    return (nt + 7) / 8 * 8;
-}
 size_t levels_bytes(int64_t n_in, int64_t nt) {
     return size_t(cols8(nt) * (n_in / 32) * kXBlock);
 }
@@ -63,134 +55,6 @@ struct MmaArgs {
     const float* bias;
     const float* res;
     float* part;  // [splits][nt][n_out], or null when unsplit
-};
-
-// Plain loads, so that the formats read a weight block in global memory (the direct kernel) or staged in
-// shared memory (the staged kernel) alike.
-template <class T>
-__device__ __forceinline__ T ld(const uint8_t* p) {
-    return *reinterpret_cast<const T*>(p);
-}
-__device__ __forceinline__ uint2 ld64(const uint8_t* p) {
-    return ld<uint2>(p);
-}
-// A block's 16- and 32-bit pieces, wherever it is (global or shared memory).
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) {
-    return qblocks::ld16<false>(p);
-}
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
-    return qblocks::ld32_a2<false>(p);
-}
-template <int N>
-__device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
-    qblocks::ld_words_a2<N, false>(p, w);
-}
-
-// Weight formats. kSub 32-element blocks per weight block of kBytes bytes; levels() gives lane t's eight
-// levels of block `sub` (elements 8t..8t+3 in w0, 8t+4..8t+7 in w1) as int8 (unsigned for Q4_K, whose
-// minimum term carries the offset); scales() the block's multipliers ws (one per 16-element half when
-// kHalves is 2) and minimum wm.
-struct Q4K {
-    static constexpr int kSub = 8, kBytes = 144, kHalves = 1;
-    static constexpr bool kMin = true;
-    struct Head {
-        float d, dmin;
-        uint32_t q[3];  // the 12 bytes of 6-bit scales and minimums
-    };
-    __device__ static Head head(const uint8_t* b) {
-        const uint4 h = ld<uint4>(b);
-        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-        return {dm.x, dm.y, {h.y, h.z, h.w}};
-    }
-    __device__ static int byte(const Head& h, int k) { return int(h.q[k / 4] >> (8 * (k % 4))) & 0xFF; }
-    // ggml's get_scale_min_k4.
-    __device__ static void scales(const Head& h, int j, float (&ws)[1], float& wm) {
-        int sc, m;
-        if (j < 4) {
-            sc = byte(h, j) & 63, m = byte(h, j + 4) & 63;
-        } else {
-            sc = (byte(h, j + 4) & 0xF) | ((byte(h, j - 4) >> 6) << 4);
-            m = (byte(h, j + 4) >> 4) | ((byte(h, j) >> 6) << 4);
-        }
-        ws[0] = h.d * float(sc), wm = h.dmin * float(m);
-    }
-    // Block j's elements are nibble j % 2 of qs[32 (j / 2) ..].
-    __device__ static void levels(const uint8_t* b, int j, int t, uint32_t& w0, uint32_t& w1) {
-        const uint2 v = ld64(b + 16 + 32 * (j / 2) + 8 * t);
-        const int s = 4 * (j % 2);
-        w0 = (v.x >> s) & 0x0F0F0F0Fu, w1 = (v.y >> s) & 0x0F0F0F0Fu;
-    }
-};
-
-// Q6_K padded to 224 bytes (pad_matrix: ql[128], qh[64], scales[16], d). Block j = 4 n + c of half n:
-// nibble c / 2 of ql[64 n + 32 (c % 2) ..], bits 2c of qh[32 n ..]; w = d * scale * (q - 32), the
-// scale changing every 16 elements.
-struct Q6K {
-    static constexpr int kSub = 8, kBytes = 224, kHalves = 2;
-    static constexpr bool kMin = false;
-    struct Head {
-        float d;
-        uint32_t sc[4];
-    };
-    __device__ static Head head(const uint8_t* b) {
-        const uint4 s = ld<uint4>(b + 192);
-        return {h2f(ld16(b + 208)), {s.x, s.y, s.z, s.w}};
-    }
-    __device__ static void scales(const Head& h, int j, float (&ws)[2], float& wm) {
-        const int k = 8 * (j / 4) + 2 * (j % 4);
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-            ws[i] = h.d * float(int8_t(uint8_t(h.sc[(k + i) / 4] >> (8 * ((k + i) % 4)))));
-        wm = 0.0f;
-    }
-    __device__ static void levels(const uint8_t* b, int j, int t, uint32_t& w0, uint32_t& w1) {
-        const int n = j / 4, c = j % 4;
-        const uint2 ql = ld64(b + 64 * n + 32 * (c % 2) + 8 * t), qh = ld64(b + 128 + 32 * n + 8 * t);
-        const int s = 4 * (c / 2);
-        w0 = __vsub4(((ql.x >> s) & 0x0F0F0F0Fu) | (((qh.x >> (2 * c)) & 0x03030303u) << 4), 0x20202020u);
-        w1 = __vsub4(((ql.y >> s) & 0x0F0F0F0Fu) | (((qh.y >> (2 * c)) & 0x03030303u) << 4), 0x20202020u);
-    }
-};
-
-// The 32-element formats' common part: one half scale d at the block's start, no minimum.
-struct ScaledBlock32 {
-    static constexpr int kSub = 1, kHalves = 1;
-    static constexpr bool kMin = false;
-    struct Head {
-        float d;
-    };
-    __device__ static Head head(const uint8_t* b) { return {h2f(ld16(b))}; }
-    __device__ static void scales(const Head& h, int, float (&ws)[1], float& wm) { ws[0] = h.d, wm = 0.0f; }
-};
-
-// Q8_0 (34 bytes: d, qs[32]), 2-byte aligned.
-struct Q8_0 : ScaledBlock32 {
-    static constexpr int kBytes = 34;
-    __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
-        uint32_t w[2];
-        ld_words_a2<2>(b + 2 + 8 * t, w);
-        w0 = w[0], w1 = w[1];
-    }
-};
-
-// Q4_0 (18 bytes: d, qs[16]) and Q5_0 (22 bytes: d, qh[4], qs[16]), 2-byte aligned: element l < 16 is
-// the low nibble of qs[l], l >= 16 the high nibble of qs[l - 16], Q5_0's fifth bit is bit l of qh;
-// w = d * (q - 8) or d * (q - 16), as signed levels.
-template <bool kQ5>
-struct Block32 : ScaledBlock32 {
-    static constexpr int kBytes = kQ5 ? 22 : 18;
-    __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
-        uint32_t w[2];
-        ld_words_a2<2>(b + (kQ5 ? 6 : 2) + 8 * (t % 2), w);
-        const int s = 4 * (t / 2);
-        w0 = (w[0] >> s) & 0x0F0F0F0Fu, w1 = (w[1] >> s) & 0x0F0F0F0Fu;
-        if constexpr (kQ5) {
-            const uint32_t qh = ld32_a2(b + 2) >> (8 * t);
-            w0 |= spread_bit4(qh), w1 |= spread_bit4(qh >> 4);
-        }
-        const uint32_t offset = kQ5 ? 0x10101010u : 0x08080808u;
-        w0 = __vsub4(w0, offset), w1 = __vsub4(w1, offset);
-    }
 };
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -265,31 +129,6 @@ __device__ __forceinline__ void block_step(const MmaArgs& a, const uint8_t* cons
     }
 }
 
-// A warp's outputs: rows r0.., columns c0.. (split z's partial sums when split).
-template <int kNb>
-__device__ __forceinline__ void store_tiles(const MmaArgs& a, int r0, int c0,
-                                            const float (&acc)[kMt][kNb][4]) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int m = 0; m < kMt; ++m)
-#pragma unroll
-        for (int n = 0; n < kNb; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + 16 * m + 8 * (e / 2) + g, c = c0 + 8 * n + 2 * t + e % 2;
-                if (r >= a.n_out || c >= a.nt) continue;
-                const int64_t i = int64_t(c) * a.n_out + r;
-                if (a.part) {
-                    a.part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
-                    continue;
-                }
-                float v = acc[m][n][e];
-                if (a.bias) v += a.bias[r];
-                if (a.res) v += a.res[i];
-                a.y[i] = v;
-            }
-}
-
 template <class W, int kNb>
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
     begin_kernel();
@@ -323,55 +162,16 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
 // (the direct kernel waits on each load). Same warp tiles, same block order, same scaled_tile: for equal
 // splits its outputs are bit for bit the direct kernel's.
 template <class W>
-struct StageOf {
-    static constexpr int kBlocks = W::kSub == 1 ? 4 : 1;  // weight blocks of a row per stage
-    static constexpr int kSub = W::kSub * kBlocks;        // 32-element blocks per stage: 8 or 4
-    static constexpr int kRowBytes = W::kBytes * kBlocks;
-    static constexpr int kChunk = kRowBytes % 16 == 0 ? 16 : 8;  // cp.async size (8: 32-element formats)
-    // Rows 32 mod 128 bytes apart: lanes (g, t) reading 8 bytes at g * stride + 8 t hit distinct banks.
-    static constexpr int kRowStride = (kRowBytes - 32 + 127) / 128 * 128 + 32;
+struct StageOf : WeightStage<W> {
+    using WeightStage<W>::kSub;
+    using WeightStage<W>::kWBytes;
     // Columns 64 mod 128 bytes apart: a quarter warp's 16-byte loads of two columns hit distinct banks.
     static constexpr int kXStride = kSub * kXBlock + 64;
-    static constexpr int kWBytes = kBlockRows * kRowStride;
     __host__ __device__ static constexpr int bytes(int cols) {
         return kWBytes + cols * (kXStride + kSub * 8);
     }
-    // Two thread blocks per SM with 2-4 stages when they fit, else one with up to 4.
-    __host__ __device__ static constexpr int stages(int cols) {
-        const int two = (113 << 10) / bytes(cols), one = (226 << 10) / bytes(cols);
-        return two >= 2 ? (two < 4 ? two : 4) : (one < 4 ? one : 4);
-    }
+    __host__ __device__ static constexpr int stages(int cols) { return stages_for(bytes(cols)); }
 };
-
-template <int N>
-__device__ __forceinline__ void cp_async(uint8_t* smem, const void* gmem) {
-    const auto dst = unsigned(__cvta_generic_to_shared(smem));
-    if constexpr (N == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(gmem), "n"(N));
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;");
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-// Stage k of rows rb.. (rows past n_out repeat the last one) into dst: [kBlockRows][kRowStride], copied
-// by kThreads threads.
-template <class W, int kThreads>
-__device__ __forceinline__ void stage_weights(const MmaArgs& a, int rb, int k, uint8_t* dst) {
-    using S = StageOf<W>;
-    constexpr int kPerRow = S::kRowBytes / S::kChunk;
-    for (int i = int(threadIdx.x); i < kBlockRows * kPerRow; i += kThreads) {
-        const int r = i / kPerRow, c = i % kPerRow;
-        const uint8_t* src =
-            a.w + int64_t(min(rb + r, a.n_out - 1)) * a.row_bytes + int64_t(k) * S::kRowBytes + c * S::kChunk;
-        cp_async<S::kChunk>(dst + r * S::kRowStride + c * S::kChunk, src);
-    }
-}
 
 // Stage k of x's columns c0..c0 + cols into dst: levels [kCols][kXStride], then steps [kSub][kCols].
 template <class W, int kCols, int kThreads>
@@ -507,47 +307,6 @@ __global__ void quantize_kernel(const float* x, int64_t n_in, int nt, int nt8, i
     if (e == 0) xm[kb * nt8 + c] = make_float2(d, d * float(sum));
 }
 
-struct Layout {
-    int block_elems, block_bytes;
-    int stage_blocks;  // weight blocks per stage of the staged kernel (StageOf::kBlocks)
-};
-
-Layout layout_of(GgmlType t) {
-    switch (t) {
-        case GgmlType::Q4_K:
-            return {256, Q4K::kBytes, StageOf<Q4K>::kBlocks};
-        case GgmlType::Q6_K:
-            return {256, Q6K::kBytes, StageOf<Q6K>::kBlocks};
-        case GgmlType::Q8_0:
-            return {32, Q8_0::kBytes, StageOf<Q8_0>::kBlocks};
-        case GgmlType::Q5_0:
-            return {32, Block32<true>::kBytes, StageOf<Block32<true>>::kBlocks};
-        case GgmlType::Q4_0:
-            return {32, Block32<false>::kBytes, StageOf<Block32<false>>::kBlocks};
-        default:
-            throw Error(std::string("CUDA matmul_mma: no tensor-core product for ") + ggml_type_name(t));
-    }
-}
-
-// Contiguous ranges of each row's blocks, one per thread block along z, so that a matrix of few row
-// blocks still fills the device (two thread blocks per SM): a function of the shape and the device. The
-// ranges are whole stages when the rows are (both kernels then split alike, and agree bit for bit).
-struct Split {
-    int splits, per_split;  // per_split: weight blocks of each range but the last
-    bool staged;            // the rows are whole stages: the staged kernel can run
-};
-
-Split split_of(const QMatrix& w) {
-    const Layout l = layout_of(w.type);
-    const int64_t nb = w.n_in / l.block_elems;
-    const bool staged = nb % l.stage_blocks == 0;
-    const int64_t unit = staged ? l.stage_blocks : 1, units = nb / unit;
-    const int64_t row_blocks = (w.n_out + kBlockRows - 1) / kBlockRows, sms = gpu_warps() / 32;
-    const int64_t want = std::clamp<int64_t>((2 * sms + row_blocks - 1) / row_blocks, 1, kMaxSplits);
-    const int64_t per = (units + std::min(want, units) - 1) / std::min(want, units) * unit;
-    return {int((nb + per - 1) / per), int(per), staged};
-}
-
 template <class W>
 void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
     const int cols = nb8 >= 8 ? 8 : nb8 >= 4 ? 4 : nb8 >= 2 ? 2 : 1;
@@ -669,10 +428,14 @@ void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const fl
             launch_type<Block32<false>>(a, nb8, sp, staged, s);
             break;
     }
-    if (sp.splits == 1) return;
-    const int64_t n = nt * w.n_out;
-    launch("mma reduce kernel", reduce_kernel, unsigned((n + 255) / 256), 256, 0, s, scratch, sp.splits, n,
-           int(w.n_out), bias, res, y);
+    if (sp.splits > 1) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
+}
+
+void mma::reduce_splits(const float* part, int splits, int64_t nt, int64_t n_out, const float* bias,
+                        const float* res, float* y, Stream s) {
+    const int64_t n = nt * n_out;
+    launch("mma reduce kernel", reduce_kernel, unsigned((n + 255) / 256), 256, 0, s, part, splits, n,
+           int(n_out), bias, res, y);
 }
 
 }  // namespace minfer::cuda

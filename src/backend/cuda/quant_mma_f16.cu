@@ -1,0 +1,244 @@
+// Quantized matrix times 33 to a few hundred columns on the f16 tensor cores (mma.sync m16n8k16, f16 x
+// f16 -> f32). Thread blocks, warp tiles, shared-memory stages and splits are the int8 kernel's
+// (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step. Lane (g, t) reads the levels of
+// elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the format's levels()), dequantizes them
+// to half as dequant_f16 does (fmaf(ws, level, -wm) in f32, rounded to nearest), and takes the same
+// elements of column g's x as one 16-byte load: two m16n8k16 products per block, the first on elements
+// 8t..8t+3, the second on 8t+4..8t+7 (A and B share the assignment of elements to k, so any one works).
+// The f32 sums run over the row's blocks in order without a per-block epilogue.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_common.cuh"
+#include "backend/cuda/quant_mma_f16.h"
+#include "util/error.h"
+
+namespace minfer::cuda {
+namespace {
+
+using namespace mma;
+
+struct F16Args {
+    const uint8_t* w;
+    int64_t row_bytes;
+    int n_out, nt, nt8;
+    int nb;           // weight blocks per row
+    int per_split;    // weight blocks of one split (grid z)
+    const __half* x;  // [nt][n_in]
+    int64_t n_in;
+    float* y;
+    const float* bias;
+    const float* res;
+    float* part;  // [splits][nt][n_out], or null when unsplit
+};
+
+// A stage: the weights (WeightStage), then x's columns [kCols][kXStride] as halves of the stage's
+// elements, 64 mod 128 bytes apart so that a quarter warp's 16-byte loads of two columns hit distinct
+// banks.
+template <class W>
+struct F16Stage : WeightStage<W> {
+    using WeightStage<W>::kElems;
+    using WeightStage<W>::kWBytes;
+    static constexpr int kXStride = 2 * kElems + 64;
+    __host__ __device__ static constexpr int bytes(int cols) { return kWBytes + cols * kXStride; }
+    __host__ __device__ static constexpr int stages(int cols) { return stages_for(bytes(cols)); }
+};
+
+// Stage k of x's columns c0..c0 + cols (columns past nt repeat the last one; their outputs are never
+// stored) into dst.
+template <class W, int kThreads>
+__device__ __forceinline__ void stage_x16(const F16Args& a, int c0, int cols, int k, uint8_t* dst) {
+    using S = F16Stage<W>;
+    constexpr int kPerCol = 2 * S::kElems / 16;
+    for (int i = int(threadIdx.x); i < cols * kPerCol; i += kThreads) {
+        const int c = i / kPerCol, q = i % kPerCol;
+        const __half* src = a.x + int64_t(min(c0 + c, a.nt - 1)) * a.n_in + int64_t(k) * S::kElems + 8 * q;
+        cp_async<16>(dst + c * S::kXStride + q * 16, src);
+    }
+}
+
+// Levels i and i + 1 of the four in `lv` (unsigned bytes, or signed ones when kSigned) as the half pair
+// {half(fmaf(ws, level, -wm))}: the conversion by byte_minus is exact, so the halves are dequant_f16's.
+template <bool kSigned>
+__device__ __forceinline__ uint32_t dequant2(uint32_t lv, int i, float ws, float wm) {
+    const uint32_t u = kSigned ? lv ^ 0x80808080u : lv;
+    const float bias = kSigned ? 128.0f : 0.0f;
+    const __half2 h = __floats2half2_rn(__fmaf_rn(ws, qblocks::byte_minus(u, i, bias), -wm),
+                                        __fmaf_rn(ws, qblocks::byte_minus(u, i + 1, bias), -wm));
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The A fragments of one m16 tile's 32-element block: a[q] for elements 8t + 4q..8t + 4q + 3, from the
+// levels lv (row g: lv[0] elements 0-3, lv[2] 4-7; row g + 8: lv[1], lv[3]) and each row's scales.
+template <class W>
+__device__ __forceinline__ void dequant_tile(const uint32_t (&lv)[4], const float (&ws)[2],
+                                             const float (&wm)[2], uint32_t (&a)[2][4]) {
+    constexpr bool kSigned = !W::kMin;
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // h: row g, row g + 8
+            a[q][h] = dequant2<kSigned>(lv[2 * q + h], 0, ws[h], wm[h]);
+            a[q][2 + h] = dequant2<kSigned>(lv[2 * q + h], 2, ws[h], wm[h]);
+        }
+}
+
+// Every block of a stage: the warp's two m16 tiles (row group rw) by its 8 kNb of the stage's kCols
+// columns from cb on, those below cols.
+template <class W, int kNb, int kCols>
+__device__ __forceinline__ void stage_math16(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols,
+                                             float (&acc)[kMt][kNb][4]) {
+    using S = F16Stage<W>;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const uint8_t* rows[kMt][2];
+#pragma unroll
+    for (int m = 0; m < kMt; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) rows[m][h] = wst + (rw * kMt * 16 + 16 * m + 8 * h + g) * S::kRowStride;
+    typename W::Head hd[kMt][2];
+#pragma unroll
+    for (int j = 0; j < S::kSub; ++j) {
+        const int blk = j / W::kSub * W::kBytes, sub = j % W::kSub;
+        uint32_t a[kMt][2][4];
+#pragma unroll
+        for (int m = 0; m < kMt; ++m) {
+            float ws[2], wm[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (sub == 0) hd[m][h] = W::head(rows[m][h] + blk);
+                float s[W::kHalves];
+                W::scales(hd[m][h], sub, s, wm[h]);
+                ws[h] = s[W::kHalves == 2 ? t / 2 : 0];  // Q6_K: lane t's elements are in half t / 2
+            }
+            uint32_t lv[4];
+            W::levels(rows[m][0] + blk, sub, t, lv[0], lv[2]);
+            W::levels(rows[m][1] + blk, sub, t, lv[1], lv[3]);
+            dequant_tile<W>(lv, ws, wm, a[m]);
+        }
+#pragma unroll
+        for (int n = 0; n < kNb; ++n) {
+            const int col = cb + 8 * n;
+            if (col >= cols) break;  // uniform across the warp
+            const uint4 xb = *reinterpret_cast<const uint4*>(xst + (col + g) * S::kXStride + 64 * j + 16 * t);
+#pragma unroll
+            for (int m = 0; m < kMt; ++m) {
+                mma_f16(acc[m][n], a[m][0], xb.x, xb.y);
+                mma_f16(acc[m][n], a[m][1], xb.z, xb.w);
+            }
+        }
+    }
+}
+
+// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits; kGroups column groups of kWarps warps
+// share each stage (as the int8 staged kernel).
+template <class W, int kNb, int kGroups, int kStages>
+__global__ void __launch_bounds__(kWarps* kGroups * 32) f16_kernel(F16Args a) {
+    using S = F16Stage<W>;
+    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
+    extern __shared__ __align__(16) uint8_t smem[];
+    release_next();
+    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
+    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
+    const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
+    const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
+    auto buf = [&](int i) { return smem + (i % kStages) * kStageBytes; };
+    for (int i = 0; i < kStages - 1 && i < n; ++i) stage_weights<W, kThreads>(a, rb, k0 + i, buf(i));
+    wait_for_inputs();
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n) stage_x16<W, kThreads>(a, c0, cols, k0 + i, buf(i) + S::kWBytes);
+        cp_commit();
+    }
+    float acc[kMt][kNb][4] = {};
+    for (int i = 0; i < n; ++i) {
+        cp_wait<kStages - 2>();
+        __syncthreads();  // stage i is in, and every warp is done with the buffer refilled next
+        if (const int next = i + kStages - 1; next < n) {
+            stage_weights<W, kThreads>(a, rb, k0 + next, buf(next));
+            stage_x16<W, kThreads>(a, c0, cols, k0 + next, buf(next) + S::kWBytes);
+        }
+        cp_commit();
+        stage_math16<W, kNb, kCols>(buf(i), buf(i) + S::kWBytes, rw, cb, cols, acc);
+    }
+    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+}
+
+// Tiles of 64 columns over two column groups of warps.
+template <class W>
+void launch_f16(const F16Args& a, int splits, Stream s) {
+    constexpr int kNb = 4, kGroups = 2, kCols = 8 * kNb * kGroups;
+    constexpr int kStages = F16Stage<W>::stages(kCols), kBytes = kStages * F16Stage<W>::bytes(kCols);
+    static_assert(kStages >= 2, "two stages of 64 columns must fit in shared memory");
+    const auto kernel = f16_kernel<W, kNb, kGroups, kStages>;
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    MINFER_CUDA_CHECK(opt_in);
+    const dim3 grid(unsigned((a.nt8 + kCols - 1) / kCols), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
+                    unsigned(splits));
+    launch("mma f16 kernel", kernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
+}
+
+}  // namespace
+
+bool mma_f16_fits(const QMatrix& w) {
+    if (!mma_fits(w)) return false;
+    const Layout l = layout_of(w.type);  // rows of whole stages (split_of's `staged`, without the device)
+    return w.n_in / l.block_elems % l.stage_blocks == 0;
+}
+
+void matmul_mma_f16(const QMatrix& w, const void* x16, int64_t nt, float* y, const float* bias,
+                    const float* res, float* scratch, Stream s) {
+    if (!mma_f16_fits(w)) throw Error("CUDA matmul_mma_f16: matrix type or layout not supported");
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
+        throw Error("CUDA matmul_mma_f16: weights and x must be 16-byte aligned");
+    if (w.n_out == 0 || nt == 0) return;
+    const Layout l = layout_of(w.type);
+    const int64_t nb = w.n_in / l.block_elems;
+    const Split sp = split_of(w);
+    if (sp.splits > 1 && !scratch) throw Error("CUDA matmul_mma_f16: split product without scratch");
+    const F16Args a{static_cast<const uint8_t*>(w.data),
+                    nb * l.block_bytes,
+                    int(w.n_out),
+                    int(nt),
+                    int(cols8(nt)),
+                    int(nb),
+                    sp.per_split,
+                    static_cast<const __half*>(x16),
+                    w.n_in,
+                    y,
+                    bias,
+                    res,
+                    sp.splits > 1 ? scratch : nullptr};
+    switch (w.type) {
+        case GgmlType::Q4_K:
+            launch_f16<Q4K>(a, sp.splits, s);
+            break;
+        case GgmlType::Q6_K:
+            launch_f16<Q6K>(a, sp.splits, s);
+            break;
+        case GgmlType::Q8_0:
+            launch_f16<Q8_0>(a, sp.splits, s);
+            break;
+        case GgmlType::Q5_0:
+            launch_f16<Block32<true>>(a, sp.splits, s);
+            break;
+        default:
+            launch_f16<Block32<false>>(a, sp.splits, s);
+            break;
+    }
+    if (sp.splits > 1) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
+}
+
+}  // namespace minfer::cuda
