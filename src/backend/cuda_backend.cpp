@@ -226,8 +226,8 @@ struct CudaBackend::Impl {
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 bool exact_weights);
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
-    bool use_mma(const QMatrix& w, int64_t nt) const;
-    bool use_mma_f16(const QMatrix& w, int64_t nt) const;
+    enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
+    Mma mma_path(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
@@ -420,10 +420,12 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
     size_t mma_bytes = 0, mma_floats = 0, gather_floats = 0;
     const auto need_mma = [&](const QMatrix& w, int64_t nt) {
-        const bool f16 = use_mma_f16(w, nt);
-        if (!f16 && !use_mma(w, nt)) return;
-        mma_bytes = std::max(mma_bytes, f16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
+        const Mma path = mma_path(w, nt);
+        if (path == Mma::None) return false;
+        mma_bytes =
+            std::max(mma_bytes, path == Mma::F16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
         mma_floats = std::max(mma_floats, cuda::mma_scratch_floats(w, nt));
+        return true;
     };
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
@@ -439,9 +441,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         const auto* m = std::get_if<meta::MatMul>(&n.meta);
         const auto w = m ? mats.find(m->weight.name) : mats.end();
-        if (w != mats.end() && (use_mma(w->second, nt) || use_mma_f16(w->second, nt))) {
-            need_mma(w->second, nt);
-        } else if (m && nt >= gemm_tokens) {
+        if ((w == mats.end() || !need_mma(w->second, nt)) && m && nt >= gemm_tokens) {
             w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
             x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
         }
@@ -545,34 +545,34 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 
 // Matrix-vector kernels for up to kMaxMatvecTokens rows; cuBLAS on half tiles beyond. Weights that are
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
-// Whether a product of nt columns with w runs on the int8 tensor cores: every width in the invariant
-// mode, 2 to mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for
-// matrices of at least kMmaWideDims rows and columns. Measured on the H200 (PERF-NOTES-GPU-BATCHED,
+// Which tensor-core product takes nt columns of w. The int8 one: every width in the invariant mode, 2 to
+// mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for matrices of
+// at least kMmaWideDims rows and columns. The f16 one: wider products up to mma_f16_tokens columns, never
+// in the invariant mode. Measured on the H200 (PERF-NOTES-GPU-BATCHED,
 // sessions 16-17): at 32 columns the staged kernel beat dequantization + cuBLAS on 7B's matrices (S_TG
 // B=32 3,157 against 2,578 tok/s) and lost on 0.5B's (9,958 against 11,335); at 64 it lost on both, also
 // with two column groups of warps (7B B=64 3,807 against 4,570).
-bool CudaBackend::Impl::use_mma(const QMatrix& w, int64_t nt) const {
+CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt) const {
     constexpr int64_t kMmaWideDims = 2048;
-    if (!cuda::mma_fits(w) || opt.mma_tokens == 0) return false;
+    if (!cuda::mma_fits(w)) return Mma::None;
     const bool wide = w.n_in >= kMmaWideDims && w.n_out >= kMmaWideDims;
-    return opt.invariant || (nt >= 2 && nt <= (wide ? 2 : 1) * opt.mma_tokens);
-}
-
-// Products too wide for use_mma, up to mma_f16_tokens columns, on the f16 tensor cores (not in the
-// invariant mode, whose products all take the int8 kernel).
-bool CudaBackend::Impl::use_mma_f16(const QMatrix& w, int64_t nt) const {
-    return !opt.invariant && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w) && !use_mma(w, nt) && nt > 1;
+    if (opt.mma_tokens > 0 && (opt.invariant || (nt >= 2 && nt <= (wide ? 2 : 1) * opt.mma_tokens)))
+        return Mma::Int8;
+    if (!opt.invariant && nt >= 2 && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w)) return Mma::F16;
+    return Mma::None;
 }
 
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
                                int64_t nt, float* y, bool exact_weights) {
-    if (use_mma(w, nt)) {
-        cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
-        return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
-    }
-    if (use_mma_f16(w, nt)) {
-        cuda::split_f16(x, mma_x.ptr, nullptr, nt * w.n_in, stream);
-        return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+    switch (mma_path(w, nt)) {
+        case Mma::Int8:
+            cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
+            return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+        case Mma::F16:
+            cuda::split_f16(x, mma_x.ptr, nullptr, nt * w.n_in, stream);
+            return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+        case Mma::None:
+            break;
     }
     if (opt.invariant && nt > 1) {  // every column as a one-token product
         for (int64_t t = 0; t < nt; ++t)

@@ -84,6 +84,22 @@ std::vector<float> run_mma(const QMatrix& w, const DeviceBuffer<float>& x, int64
     return y.download();
 }
 
+// Checks y (columns of n_out rows) against the reference dots plus the bias and residual if given, within
+// rel_budget * (sum |w x| + |bias| + |res|) + kAbsBudget; the worst error / budget seen so far goes into
+// worst.
+void expect_near_reference(const std::vector<float>& y, const RefDots& ref, size_t n_out,
+                           const std::vector<float>* bias, const std::vector<float>* res, double rel_budget,
+                           const std::string& ctx, double& worst) {
+    for (size_t k = 0; k < y.size(); ++k) {
+        const size_t r = k % n_out;
+        const double b = bias ? (*bias)[r] : 0.0, rs = res ? (*res)[k] : 0.0;
+        const double want = ref.dot[k] + b + rs;
+        const double tol = rel_budget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
+        ASSERT_NEAR(y[k], want, tol) << ctx << " column " << k / n_out << " row " << r;
+        worst = std::max(worst, std::fabs(y[k] - want) / tol);
+    }
+}
+
 class CudaMma : public ::testing::TestWithParam<MmaType> {
   protected:
     std::vector<int64_t> row_lengths() const {
@@ -120,15 +136,9 @@ TEST_P(CudaMma, MatmulMatchesReference) {
                     const std::string ctx = std::string(traits(w.type).name) + " " + std::to_string(n_out) +
                                             "x" + std::to_string(n_in) + " nt=" + std::to_string(nt) +
                                             " extra=" + std::to_string(extra);
-                    for (size_t k = 0; k < y.size(); ++k) {
-                        const size_t r = k % size_t(n_out);
-                        const double b = has_bias ? bias[r] : 0.0, rs = has_res ? res[k] : 0.0;
-                        const double want = ref.dot[k] + b + rs;
-                        const double tol =
-                            kRelBudget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
-                        ASSERT_NEAR(y[k], want, tol) << ctx << " column " << k / n_out << " row " << r;
-                        worst = std::max(worst, std::fabs(y[k] - want) / tol);
-                    }
+                    expect_near_reference(y, ref, size_t(n_out), has_bias ? &bias : nullptr,
+                                          has_res ? &res : nullptr, kRelBudget, ctx, worst);
+                    if (HasFatalFailure()) return;
                 }
             }
         }
@@ -242,17 +252,11 @@ TEST_P(CudaMmaF16, MatmulMatchesReference) {
                 for (int extra = 0; extra < 2; ++extra) {
                     const std::vector<float> y = run_mma_f16(dw.qm, dx, nt, extra ? dbias.get() : nullptr,
                                                              extra ? dres.get() : nullptr);
-                    for (size_t k = 0; k < y.size(); ++k) {
-                        const size_t r = k % size_t(n_out);
-                        const double b = extra ? bias[r] : 0.0, rs = extra ? res[k] : 0.0;
-                        const double want = ref.dot[k] + b + rs;
-                        const double tol =
-                            kF16RelBudget * (ref.mag[k] + std::fabs(b) + std::fabs(rs)) + kAbsBudget;
-                        ASSERT_NEAR(y[k], want, tol)
-                            << traits(w.type).name << " " << n_out << "x" << n_in << " nt=" << nt
-                            << " column " << k / n_out << " row " << r;
-                        worst = std::max(worst, std::fabs(y[k] - want) / tol);
-                    }
+                    const std::string ctx = std::string(traits(w.type).name) + " " + std::to_string(n_out) +
+                                            "x" + std::to_string(n_in) + " nt=" + std::to_string(nt);
+                    expect_near_reference(y, ref, size_t(n_out), extra ? &bias : nullptr,
+                                          extra ? &res : nullptr, kF16RelBudget, ctx, worst);
+                    if (HasFatalFailure()) return;
                 }
             }
         }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_blocks.cuh"
 #include "backend/cuda/quant_cuda.h"
 #include "util/error.h"
@@ -156,6 +157,25 @@ struct Block32 : ScaledBlock32 {
     }
 };
 
+// f(W{}) with the reader W of weight type t: the formats mma_fits admits (it is checked first).
+template <class F>
+void with_format(GgmlType t, const F& f) {
+    switch (t) {
+        case GgmlType::Q4_K:
+            return f(Q4K{});
+        case GgmlType::Q6_K:
+            return f(Q6K{});
+        case GgmlType::Q8_0:
+            return f(Q8_0{});
+        case GgmlType::Q5_0:
+            return f(Block32<true>{});
+        case GgmlType::Q4_0:
+            return f(Block32<false>{});
+        default:
+            throw Error(std::string("CUDA tensor-core product: no block reader for ") + ggml_type_name(t));
+    }
+}
+
 // A warp's outputs: rows r0.., columns c0.. (split z's partial sums when split).
 template <int kNb, class Args>
 __device__ __forceinline__ void store_tiles(const Args& a, int r0, int c0, const float (&acc)[kMt][kNb][4]) {
@@ -226,6 +246,33 @@ __device__ __forceinline__ void stage_weights(const Args& a, int rb, int k, uint
         const uint8_t* src =
             a.w + int64_t(min(rb + r, a.n_out - 1)) * a.row_bytes + int64_t(k) * S::kRowBytes + c * S::kChunk;
         cp_async<S::kChunk>(dst + r * S::kRowStride + c * S::kChunk, src);
+    }
+}
+
+// A thread block's walk over the n stages of its rows and split through kStages shared-memory buffers of
+// kStageBytes: the first kStages - 1 stages requested ahead (their weights before the wait for the
+// previous kernel, which writes x, and their x after it), then for each stage: wait until it is in,
+// refill the buffer that stage i + kStages - 1 takes, compute on stage i. load_w(k, buf) and
+// load_x(k, buf) request stage k's weights and x (cp.async); math(buf) consumes a stage.
+template <int kStages, int kStageBytes, class LoadW, class LoadX, class Math>
+__device__ __forceinline__ void run_stages(uint8_t* smem, int n, const LoadW& load_w, const LoadX& load_x,
+                                           const Math& math) {
+    const auto buf = [&](int i) { return smem + (i % kStages) * kStageBytes; };
+    for (int i = 0; i < kStages - 1 && i < n; ++i) load_w(i, buf(i));
+    wait_for_inputs();
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < n) load_x(i, buf(i));
+        cp_commit();
+    }
+    for (int i = 0; i < n; ++i) {
+        cp_wait<kStages - 2>();
+        __syncthreads();  // stage i is in, and every warp is done with the buffer refilled next
+        if (const int next = i + kStages - 1; next < n) {
+            load_w(next, buf(next));
+            load_x(next, buf(next));
+        }
+        cp_commit();
+        math(buf(i));
     }
 }
 

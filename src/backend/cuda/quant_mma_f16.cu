@@ -154,24 +154,11 @@ __global__ void __launch_bounds__(kWarps* kGroups * 32) f16_kernel(F16Args a) {
     const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
     const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
     const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
-    auto buf = [&](int i) { return smem + (i % kStages) * kStageBytes; };
-    for (int i = 0; i < kStages - 1 && i < n; ++i) stage_weights<W, kThreads>(a, rb, k0 + i, buf(i));
-    wait_for_inputs();
-    for (int i = 0; i < kStages - 1; ++i) {
-        if (i < n) stage_x16<W, kThreads>(a, c0, cols, k0 + i, buf(i) + S::kWBytes);
-        cp_commit();
-    }
     float acc[kMt][kNb][4] = {};
-    for (int i = 0; i < n; ++i) {
-        cp_wait<kStages - 2>();
-        __syncthreads();  // stage i is in, and every warp is done with the buffer refilled next
-        if (const int next = i + kStages - 1; next < n) {
-            stage_weights<W, kThreads>(a, rb, k0 + next, buf(next));
-            stage_x16<W, kThreads>(a, c0, cols, k0 + next, buf(next) + S::kWBytes);
-        }
-        cp_commit();
-        stage_math16<W, kNb, kCols>(buf(i), buf(i) + S::kWBytes, rw, cb, cols, acc);
-    }
+    run_stages<kStages, kStageBytes>(
+        smem, n, [&](int i, uint8_t* p) { stage_weights<W, kThreads>(a, rb, k0 + i, p); },
+        [&](int i, uint8_t* p) { stage_x16<W, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes); },
+        [&](const uint8_t* p) { stage_math16<W, kNb, kCols>(p, p + S::kWBytes, rw, cb, cols, acc); });
     if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
@@ -221,23 +208,7 @@ void matmul_mma_f16(const QMatrix& w, const void* x16, int64_t nt, float* y, con
                     bias,
                     res,
                     sp.splits > 1 ? scratch : nullptr};
-    switch (w.type) {
-        case GgmlType::Q4_K:
-            launch_f16<Q4K>(a, sp.splits, s);
-            break;
-        case GgmlType::Q6_K:
-            launch_f16<Q6K>(a, sp.splits, s);
-            break;
-        case GgmlType::Q8_0:
-            launch_f16<Q8_0>(a, sp.splits, s);
-            break;
-        case GgmlType::Q5_0:
-            launch_f16<Block32<true>>(a, sp.splits, s);
-            break;
-        default:
-            launch_f16<Block32<false>>(a, sp.splits, s);
-            break;
-    }
+    with_format(w.type, [&](auto fmt) { launch_f16<decltype(fmt)>(a, sp.splits, s); });
     if (sp.splits > 1) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
 }
 
