@@ -32,11 +32,11 @@ struct CudaOptions {
     // the matrices cuda::mma_fits takes run on the int8 tensor cores (cuda::matmul_mma); wider ones as
     // dequantization + cuBLAS (MINFER_NO_MMA=1: never on them; MINFER_MMA_TOKENS=N sets mma_tokens).
     int64_t mma_tokens = 16;
-    // Wider products up to mma_f16_tokens columns with those matrices (cuda::mma_f16_fits) run on the f16
-    // tensor cores, the weights dequantized in registers (cuda::matmul_mma_f16); wider ones as
-    // dequantization + cuBLAS (MINFER_MMA_F16_TOKENS=N sets it). Off (0) by default until the kernel has
-    // been tested and measured on a GPU.
-    int64_t mma_f16_tokens = 0;
+    // Wider products up to mma_f16_tokens columns with those matrices of 2048 rows and columns or more
+    // (cuda::mma_f16_fits) run on the f16 tensor cores, the weights dequantized in registers
+    // (cuda::matmul_mma_f16); wider ones, and smaller matrices, as dequantization + cuBLAS
+    // (MINFER_MMA_F16_TOKENS=N sets it, 0: off).
+    int64_t mma_f16_tokens = 64;
     // Batch-invariant arithmetic (--deterministic): every product of a matrix cuda::mma_fits takes runs on
     // the tensor cores whatever its width (one column too), the other matrices' products column by column,
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its
