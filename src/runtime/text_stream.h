@@ -1,6 +1,7 @@
 // The text of a generation as it streams: tokens decoded without splitting a UTF-8 character
-// (StreamDecoder), cut before the first stop string, and released only once no stop string could still
-// begin in it. generate() and the scheduler share it, so a stop string behaves the same in both.
+// (StreamDecoder; special tokens such as <|im_end|> add no text), cut before the first stop string, and
+// released only once no stop string could still begin in it. generate() and the scheduler share it, so a stop
+// string behaves the same in both.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -23,6 +23,7 @@ class SpmTokenizer final : public Tokenizer {
     int32_t bos_id() const override { return vocab_.bos(); }
     int32_t eos_id() const override { return vocab_.eos(); }
     bool is_eog(int32_t id) const override { return vocab_.is_eog(id); }
+    bool is_special(int32_t id) const override { return vocab_.is_special(id); }
 
   private:
     void decode_token_texts();

@@ -33,18 +33,23 @@ class Tokenizer {
     virtual int32_t bos_id() const = 0;                           // -1 when none
     virtual int32_t eos_id() const = 0;                           // -1 when none
     virtual bool is_eog(int32_t id) const = 0;  // end of generation: eos, eot, <|im_end|>, ...
+    // Control and unused tokens (<|im_end|>, <|endoftext|>, padding): no text in a generation's output,
+    // as llama.cpp renders them without --special and vLLM with skip_special_tokens.
+    virtual bool is_special(int32_t id) const = 0;
 };
 
 // Turns a token stream into text without ever emitting half a UTF-8 character: feed() returns the
 // complete characters available so far; flush() returns what is left (invalid tails as U+FFFD).
+// skip_special: special tokens (Tokenizer::is_special) add no text.
 class StreamDecoder {
   public:
-    explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+    StreamDecoder(const Tokenizer& tok, bool skip_special) : tok_(tok), skip_special_(skip_special) {}
     std::string feed(int32_t id);
     std::string flush();
 
   private:
     const Tokenizer& tok_;
+    bool skip_special_;
     std::string pending_;
 };
 

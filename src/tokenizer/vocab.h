@@ -51,6 +51,10 @@ class Vocab {
     int32_t eos() const { return eos_; }
     int32_t unk() const { return unk_; }
     bool is_eog(int32_t id) const { return id >= 0 && id < size() && eog_[id]; }
+    bool is_special(int32_t id) const {  // control or unused
+        return id >= 0 && id < size() &&
+               (types_[id] == TokenType::Control || types_[id] == TokenType::Unused);
+    }
 
     // Splits text around added tokens, longest match first. User-defined tokens are always recognised (as in
     // HF tokenizers and llama.cpp); control and unknown tokens only when `parse_special`.

@@ -204,7 +204,7 @@ TEST(StreamDecoder, HoldsBytesUntilCharactersComplete) {
     const std::string text =
         "a\xE6\x97\xA5\xF0\x9F\x91\x8D"
         "b";  // a 日 👍 b, one byte token per byte
-    StreamDecoder dec(tok);
+    StreamDecoder dec(tok, false);
     std::vector<std::string> pieces;
     for (const char c : text) pieces.push_back(dec.feed(bytes.at(static_cast<uint8_t>(c))));
     const std::vector<std::string> want = {"a", "", "", "\xE6\x97\xA5", "", "", "", "\xF0\x9F\x91\x8D", "b"};
@@ -223,7 +223,7 @@ TEST(StreamDecoder, NeverEmitsPartialCharactersOfRealTokens) {
     const std::string text = "emoji 👋🏽 🇫🇷 ❤️ 你好世界 안녕하세요";
     const std::vector<int32_t> ids = tok.encode(text, false, true);
     int partial_tokens = 0;
-    StreamDecoder dec(tok);
+    StreamDecoder dec(tok, false);
     std::string out;
     for (const int32_t id : ids) {
         partial_tokens += !unicode::is_valid_utf8(tok.token_to_bytes(id));
@@ -234,6 +234,30 @@ TEST(StreamDecoder, NeverEmitsPartialCharactersOfRealTokens) {
     out += dec.flush();
     EXPECT_GT(partial_tokens, 0) << "the text should split characters across tokens";
     EXPECT_EQ(out, text);
+}
+
+// Control tokens (<|im_end|>, <|endoftext|>) add no text when skipped, as in llama.cpp's and vLLM's
+// generated text, and their stored text otherwise; text around them is unchanged and held bytes
+// survive a skipped token in between.
+TEST(StreamDecoder, SkipsSpecialTokensWhenAsked) {
+    MINFER_REQUIRE_FILE(test::model_path("qwen-vocab.gguf"));
+    const Tokenizer& tok = test::shared_tokenizer("qwen-vocab.gguf");
+    const std::vector<int32_t> ids = tok.encode("Hi<|im_end|>\xE6\x97\xA5<|endoftext|>!", false, true);
+    int specials = 0;
+    for (const int32_t id : ids) specials += tok.is_special(id);
+    ASSERT_EQ(specials, 2) << "the control tokens should be parsed as such";
+    EXPECT_FALSE(tok.is_special(ids.front()));
+    StreamDecoder skip(tok, true), show(tok, false);
+    std::string skipped, shown;
+    for (const int32_t id : ids) skipped += skip.feed(id), shown += show.feed(id);
+    EXPECT_EQ(skipped + skip.flush(), "Hi\xE6\x97\xA5!");
+    EXPECT_EQ(shown + show.flush(), "Hi<|im_end|>\xE6\x97\xA5<|endoftext|>!");
+    StreamDecoder held(tok, true);
+    const auto bytes = single_byte_tokens(tok);
+    EXPECT_EQ(held.feed(bytes.at(0xE6)), "");
+    EXPECT_EQ(held.feed(tok.encode("<|im_end|>", false, true).at(0)), "");
+    EXPECT_EQ(held.feed(bytes.at(0x97)), "");
+    EXPECT_EQ(held.feed(bytes.at(0xA5)), "\xE6\x97\xA5");
 }
 
 }  // namespace
