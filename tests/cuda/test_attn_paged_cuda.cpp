@@ -239,5 +239,48 @@ TEST(CudaPaged, PrefillTilesAcrossSequencesMatchReference) {
         }
 }
 
+// Blocks serving every query head of a KV head give the per-head blocks' bits, row for row: contexts of 1
+// key to several tiles per warp and past a whole block, rows alone and (AttnRows::kSingle) beside chunks
+// the launch leaves out, every head layout that takes them.
+TEST(CudaPaged, BlocksPerKvHeadEqualPerHeadOnes) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4545);
+    const std::vector<Chunk> chunks = {{0, 1}, {6, 1},   {7, 1},    {63, 1}, {64, 1}, {100, 1},
+                                       {0, 5}, {700, 1}, {2047, 1}, {31, 1}, {40, 9}, {5, 1}};
+    int covered = 0;
+    for (const AttnCase& c : kAttnShapes) {
+        const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
+        const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+        const PagedLayout l = scatter(chunks, 5, 80, rng);
+        const BatchRows b = batch_rows(chunks);
+        const auto nt = int64_t(b.pos.size());
+        if (!cuda::attention_blocks_per_kv_head(a, nt, l.n_blocks * l.block())) continue;
+        ++covered;
+        SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + ", head_dim " +
+                     std::to_string(hd));
+        TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
+        poison(reg, l);
+        const DeviceSlots at(b, l);
+        DeviceBuffer<float> dq(uniform(rng, nt * row, -1.0f, 1.0f));
+        for (const cuda::AttnRows rows : {cuda::AttnRows::kAll, cuda::AttnRows::kSingle}) {
+            DeviceBuffer<float> per_head(size_t(nt * row)), per_kv(size_t(nt * row));
+            fill_nan(per_head, nt * row);
+            fill_nan(per_kv, nt * row);
+            cuda::attention(dq.get(), reg.view(), at.view(), nt, a, per_head.get(), nullptr, rows,
+                            cuda::AttnBlocks::PerHead);
+            cuda::attention(dq.get(), reg.view(), at.view(), nt, a, per_kv.get(), nullptr, rows,
+                            cuda::AttnBlocks::PerKvHead);
+            sync();
+            const Vec want = per_head.download(), got = per_kv.download();
+            for (int64_t t = 0; t < nt; ++t)
+                ASSERT_EQ(
+                    std::memcmp(got.data() + t * row, want.data() + t * row, size_t(row) * sizeof(float)), 0)
+                    << "row " << t << " (position " << b.pos[size_t(t)] << ")";
+            EXPECT_FALSE(std::isnan(want[0])) << "row 0 is alone in its chunk: it must be served";
+        }
+    }
+    EXPECT_GE(covered, 4) << "head layouts that take blocks per KV head";
+}
+
 }  // namespace
 }  // namespace minfer::test

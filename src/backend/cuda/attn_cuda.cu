@@ -5,10 +5,12 @@
 // splits long contexts over the blocks of a thread-block cluster (split-K), which merge their partial
 // softmaxes through distributed shared memory: no second kernel and no partials in global memory.
 //
-// One head per block measured faster than one block per KV head serving its whole group (the previous
-// layout, which read each row once): a warp then ran the group's softmax updates one head after another,
-// and a short context had only n_head_kv blocks on the GPU. H200, tg128: Qwen2.5-0.5B Q4_K_M 1,355-1,364
-// -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 -> 794-797 (bench/PERF-NOTES-GPU.md).
+// For one sequence, one head per block measured faster than one block per KV head serving its whole group
+// (which reads each row once): a short context had only n_head_kv blocks on the GPU. H200, tg128:
+// Qwen2.5-0.5B Q4_K_M 1,355-1,364 -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 ->
+// 794-797 (bench/PERF-NOTES-GPU.md). A batch of decode rows fills the GPU either way, and there a block
+// per KV head and row (each warp scoring a tile's keys for all the group's heads, the same arithmetic
+// per head) wins: Qwen2.5-7B at 64 rows 72.6 -> 44.2 us a layer, S_TG 4,661 -> 5,074 tok/s.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -72,22 +74,26 @@ struct WarpState {
     float m = -INFINITY, l = 0.0f, acc[kE] = {};
 };
 
-// (q * scale) . k for the lane's key: the key's kLanesPerKey lanes take interleaved 16-byte words of the
-// row (kC = 2 kE words each at most), all loaded before any is used; q comes from shared memory. Each
-// lane's part is a chain of hd / 16 FMA groups, then two shuffles join the key's lanes.
+// The lane's part of its key's row: the key's kLanesPerKey lanes take interleaved 16-byte words of the
+// row (kC = 2 kE words each at most), all loaded before any is used.
 template <int kE>
-__device__ float score_key(const float* kr, const float* sq, int64_t hd) {
-    constexpr int kC = 2 * kE;
+__device__ void load_key(const float* kr, int64_t hd, float4 (&k)[2 * kE]) {
     const int part = threadIdx.x % kLanesPerKey;
-    float4 k[kC];
 #pragma unroll
-    for (int c = 0; c < kC; ++c) {
+    for (int c = 0; c < 2 * kE; ++c) {
         const int64_t d = (c * kLanesPerKey + part) * 4;
         k[c] = d < hd ? __ldg(reinterpret_cast<const float4*>(kr + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+}
+
+// (q * scale) . k for the lane's key from its loaded words; q comes from shared memory. Each lane's part
+// is a chain of hd / 16 FMA groups, then two shuffles join the key's lanes.
+template <int kE>
+__device__ float dot_key(const float4 (&k)[2 * kE], const float* sq, int64_t hd) {
+    const int part = threadIdx.x % kLanesPerKey;
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int c = 0; c < kC; ++c) {
+    for (int c = 0; c < 2 * kE; ++c) {
         const int64_t d = (c * kLanesPerKey + part) * 4;
         if (d >= hd) break;
         const float4 q = reinterpret_cast<const float4*>(sq + d)[0];
@@ -101,17 +107,27 @@ __device__ float score_key(const float* kr, const float* sq, int64_t hd) {
 }
 
 // One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) of the sequence whose block-table row is `blocks`, for
-// one warp: lanes 4i..4i+3 score key j0 + i; the warp updates the max once; then the lanes run along the
-// head's elements and add p_j * v_j over the tile's keys (the tile's v rows loaded together, p read back
-// from the warp's sp).
-template <int kE>
-__device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float* sq, float* sp, int64_t kvh,
-                          int64_t j0, int64_t n_kv, WarpState<kE>& st) {
+// one warp and the block's g query heads (sq: their q rows, sp: their tile probabilities): lanes
+// 4i..4i+3 load key j0 + i once and score it for every head; per head the warp updates the max once, then
+// the lanes run along the head's elements and add p_j * v_j over the tile's keys (the tile's v rows
+// loaded together, once for all heads; p read back from the head's sp).
+template <int kE, int kG>
+__device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float* sq, float (&sp)[kG][kTile],
+                          int64_t kvh, int64_t j0, int64_t n_kv, int g, WarpState<kE> (&st)[kG]) {
     const int lane = threadIdx.x % kWarp, key = lane / kLanesPerKey;
     const int64_t hd = p.a.head_dim, j = j0 + key;
     const int32_t shift = p.at.block_shift;
-    const float s =
-        score_key<kE>(p.r.k + row_slot(blocks, shift, lmin(j, n_kv - 1)) * p.r.n_embd + kvh * hd, sq, hd);
+    float sg[kG];
+    {
+        float4 k[2 * kE];
+        load_key<kE>(p.r.k + row_slot(blocks, shift, lmin(j, n_kv - 1)) * p.r.n_embd + kvh * hd, hd, k);
+#pragma unroll
+        for (int h = 0; h < kG; ++h)
+            if (h < g) {
+                const float dot = dot_key<kE>(k, sq + h * hd, hd);  // every lane: the shuffles need them all
+                sg[h] = j < n_kv ? dot : -INFINITY;
+            }
+    }
     float vv[kTile][kE];
 #pragma unroll
     for (int i = 0; i < kTile; ++i) {
@@ -119,21 +135,29 @@ __device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float*
 #pragma unroll
         for (int e = 0; e < kE; ++e) vv[i][e] = lane + kWarp * e < hd ? __ldg(vr + lane + kWarp * e) : 0.0f;
     }
-    const float sg = j < n_kv ? s : -INFINITY;
-    const float m_new = fmaxf(st.m, warp_max(sg)), corr = expf(st.m - m_new);
-    const float pr = expf(sg - m_new);
-    st.l = fmaf(st.l, corr, lane % kLanesPerKey == 0 ? pr : 0.0f);
 #pragma unroll
-    for (int e = 0; e < kE; ++e) st.acc[e] *= corr;
-    st.m = m_new;
-    if (lane % kLanesPerKey == 0) sp[key] = pr;
+    for (int h = 0; h < kG; ++h) {
+        if (h >= g) break;  // uniform across the block
+        const float m_new = fmaxf(st[h].m, warp_max(sg[h])), corr = expf(st[h].m - m_new);
+        const float pr = expf(sg[h] - m_new);
+        st[h].l = fmaf(st[h].l, corr, lane % kLanesPerKey == 0 ? pr : 0.0f);
+#pragma unroll
+        for (int e = 0; e < kE; ++e) st[h].acc[e] *= corr;
+        st[h].m = m_new;
+        if (lane % kLanesPerKey == 0) sp[h][key] = pr;
+    }
     __syncwarp();
-    const float4 p0 = reinterpret_cast<const float4*>(sp)[0], p1 = reinterpret_cast<const float4*>(sp)[1];
-    const float pk[kTile] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
-    for (int i = 0; i < kTile; ++i)
+    for (int h = 0; h < kG; ++h) {
+        if (h >= g) break;
+        const float4 p0 = reinterpret_cast<const float4*>(sp[h])[0],
+                     p1 = reinterpret_cast<const float4*>(sp[h])[1];
+        const float pk[kTile] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
-        for (int e = 0; e < kE; ++e) st.acc[e] = fmaf(pk[i], vv[i][e], st.acc[e]);
+        for (int i = 0; i < kTile; ++i)
+#pragma unroll
+            for (int e = 0; e < kE; ++e) st[h].acc[e] = fmaf(pk[i], vv[i][e], st[h].acc[e]);
+    }
     __syncwarp();  // sp is rewritten by the next tile
 }
 
@@ -191,32 +215,40 @@ __device__ void prefetch_keys(const KvRegion& r, const int32_t* blocks, int32_t 
     }
 }
 
-// The warps' states merged in shared memory: the output itself when this split holds every key, else
-// the split's state for merge_splits (sh_acc's row kWarps).
-template <int kE>
-__device__ void merge_warps(const AttnArgs& p, const WarpState<kE>& st, float (&sh_m)[kWarps],
-                            float (&sh_l)[kWarps], float* sh_acc, SplitState& split, int64_t h, int64_t t,
-                            int active) {
+// The warps' states merged in shared memory, per head of the block (sh_acc: [kG][kWarps + 1][hd]): the
+// output itself when this split holds every key, else the split's state for merge_splits (kG = 1, the
+// head's row kWarps).
+template <int kE, int kG>
+__device__ void merge_warps(const AttnArgs& p, const WarpState<kE> (&st)[kG], float (&sh_m)[kG][kWarps],
+                            float (&sh_l)[kG][kWarps], float* sh_acc, SplitState& split, int64_t h0, int g,
+                            int64_t t, int active) {
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t hd = p.a.head_dim;
-    const float l = warp_sum(st.l);
-    if (lane == 0) sh_m[warp] = st.m, sh_l[warp] = l;
 #pragma unroll
-    for (int e = 0; e < kE; ++e)
-        if (lane + kWarp * e < hd) sh_acc[warp * hd + lane + kWarp * e] = st.acc[e];
+    for (int h = 0; h < kG; ++h) {
+        if (h >= g) break;
+        const float l = warp_sum(st[h].l);
+        if (lane == 0) sh_m[h][warp] = st[h].m, sh_l[h][warp] = l;
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+            if (lane + kWarp * e < hd)
+                sh_acc[(h * (kWarps + 1) + warp) * hd + lane + kWarp * e] = st[h].acc[e];
+    }
     __syncthreads();
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    for (int64_t k = threadIdx.x; k < g * hd; k += blockDim.x) {
+        const int64_t h = k / hd, d = k % hd;
+        const float* acc_h = sh_acc + h * (kWarps + 1) * hd;
         float m = -INFINITY, sum = 0.0f, acc = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[w]);
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh_m[h][w]);
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
-            const float f = sh_l[w] == 0.0f ? 0.0f : expf(sh_m[w] - m);
-            sum += sh_l[w] * f;
-            acc += sh_acc[w * hd + d] * f;
+            const float f = sh_l[h][w] == 0.0f ? 0.0f : expf(sh_m[h][w] - m);
+            sum += sh_l[h][w] * f;
+            acc += acc_h[w * hd + d] * f;
         }
         if (active == 1) {
-            p.out[(t * p.a.n_head + h) * hd + d] = sum > 0.0f ? acc / sum : 0.0f;
+            p.out[(t * p.a.n_head + h0 + h) * hd + d] = sum > 0.0f ? acc / sum : 0.0f;
             continue;
         }
         if (d == 0) split.m = m, split.l = sum;
@@ -224,19 +256,23 @@ __device__ void merge_warps(const AttnArgs& p, const WarpState<kE>& st, float (&
     }
 }
 
-// One block: one query head, one query row, one split of the keys (KeyShare); its warps take the split's
-// tiles in turn, then merge their states in shared memory. The block's K and V rows are fetched into L2
-// before it waits for the previous kernel.
-template <int kE>
+// One block: kG query heads of one KV head (1, or the whole group when the keys are not split), one
+// query row, one split of the keys (KeyShare); its warps take the split's tiles in turn, each tile's K
+// and V rows read once for all the block's heads, then merge their states in shared memory. Each head's
+// arithmetic is the same whatever kG, so the outputs are the same bits. The block's K and V rows are
+// fetched into L2 before it waits for the previous kernel.
+template <int kE, int kG>
 __global__ void attention_kernel(AttnArgs p) {
     release_next();
-    __shared__ float sh_m[kWarps], sh_l[kWarps];
-    __shared__ __align__(16) float sh_p[kWarps][kTile];  // each warp's tile probabilities, read as float4
+    __shared__ float sh_m[kG][kWarps], sh_l[kG][kWarps];
+    __shared__ __align__(16) float sh_p[kWarps][kG][kTile];  // each warp's tile probabilities, as float4
     __shared__ SplitState split;
-    extern __shared__ float sh_acc[];  // [kWarps + 1][hd]: the warps', the split's; then q [hd]
+    extern __shared__ float sh_acc[];  // [kG][kWarps + 1][hd]: the warps', the split's; then q [kG][hd]
     const int warp = threadIdx.x / kWarp;
-    const int64_t hd = p.a.head_dim, h = blockIdx.x, t = blockIdx.y;
-    const int64_t kvh = h / (p.a.n_head / p.a.n_head_kv);
+    const int64_t hd = p.a.head_dim, t = blockIdx.y, group = p.a.n_head / p.a.n_head_kv;
+    const int64_t per_kv = (group + kG - 1) / kG, kvh = blockIdx.x / per_kv;
+    const int64_t first_head = blockIdx.x % per_kv * kG, h0 = kvh * group + first_head;
+    const int g = int(lmin(kG, group - first_head));
     if (!serves_row(p.rows, p.at, t, p.nt)) return;
     const int64_t n_kv = lmin(int64_t(p.at.pos[t]) + 1, seq_capacity(p.at, p.r));
     const int32_t* blocks = seq_blocks(p.at, t);
@@ -246,15 +282,15 @@ __global__ void attention_kernel(AttnArgs p) {
     prefetch_keys(p.r, blocks, p.at.block_shift, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
     wait_for_inputs();
 
-    float* sq = sh_acc + (kWarps + 1) * hd;  // q * scale
-    const float* qt = p.q + t * p.a.q_stride + h * hd;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = qt[d] * p.a.scale;
+    float* sq = sh_acc + kG * (kWarps + 1) * hd;  // q * scale
+    const float* qt = p.q + t * p.a.q_stride + h0 * hd;
+    for (int64_t d = threadIdx.x; d < g * hd; d += blockDim.x) sq[d] = qt[d] * p.a.scale;
     __syncthreads();
-    WarpState<kE> st;
+    WarpState<kE> st[kG];
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
-        walk_tile<kE>(p, blocks, sq, sh_p[warp], kvh, tile * kTile, n_kv, st);
-    merge_warps<kE>(p, st, sh_m, sh_l, sh_acc, split, h, t, share.active);
-    if (share.active > 1) merge_splits(p, split, sh_acc + kWarps * hd, h, t);
+        walk_tile<kE, kG>(p, blocks, sq, sh_p[warp], kvh, tile * kTile, n_kv, g, st);
+    merge_warps<kE, kG>(p, st, sh_m, sh_l, sh_acc, split, h0, g, t, share.active);
+    if (kG == 1 && share.active > 1) merge_splits(p, split, sh_acc + kWarps * hd, h0, t);
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
@@ -377,21 +413,46 @@ int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
         std::clamp<int64_t>(264 / std::max<int64_t>(a.n_head, 1), 1, std::min<int64_t>(kMaxSplits, n_ctx)));
 }
 
+namespace {
+
+// kG query heads a block (1, or 8: blocks per KV head, head_dim <= 4 kWarp), e = head_dim / 32 rounded up.
+template <int kG>
+void launch_attention(const AttnArgs& p, int e, int64_t blocks_x, Stream s) {
+    const dim3 grid(unsigned(blocks_x), unsigned(p.nt), unsigned(p.splits));
+    const size_t shmem = size_t(kG * (kWarps + 2) * p.a.head_dim) * sizeof(float);
+    constexpr int kMaxE = kG == 1 ? 8 : 4;
+    auto* kernel = e == 1   ? attention_kernel<1, kG>
+                   : e == 2 ? attention_kernel<2, kG>
+                   : e <= 4 ? attention_kernel<4, kG>
+                            : attention_kernel<kMaxE, kG>;
+    launch_clustered("attention kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kWarps * kWarp, shmem,
+                     s, p);
+}
+
+}  // namespace
+
+bool attention_blocks_per_kv_head(const AttnShape& a, int64_t nt, int64_t n_ctx) {
+    return attention_splits(a, nt, n_ctx) == 1 && a.n_head > a.n_head_kv && a.n_head / a.n_head_kv <= 8 &&
+           a.head_dim <= 4 * kWarp;
+}
+
 void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
-               float* out, Stream s, AttnRows rows) {
+               float* out, Stream s, AttnRows rows, AttnBlocks blocks) {
     if (nt <= 0) return;
     if (a.head_dim > 256 || a.head_dim % 4 != 0 || a.n_head % a.n_head_kv != 0)
         throw Error("CUDA attention: unsupported head layout (head_dim " + std::to_string(a.head_dim) + ")");
+    const bool per_kv = attention_blocks_per_kv_head(a, nt, r.n_ctx);
+    if (blocks == AttnBlocks::PerKvHead && !per_kv)
+        throw Error(
+            "CUDA attention: blocks per KV head need unsplit keys, groups of at most 8, head_dim <= 128");
     const AttnArgs p{q, r, at, out, a, nt, attention_splits(a, nt, r.n_ctx), rows};
-    const dim3 grid(unsigned(a.n_head), unsigned(nt), unsigned(p.splits));
-    const size_t shmem = size_t((kWarps + 2) * a.head_dim) * sizeof(float);
     const int e = int((a.head_dim + kWarp - 1) / kWarp);
-    auto* kernel = e == 1   ? attention_kernel<1>
-                   : e == 2 ? attention_kernel<2>
-                   : e <= 4 ? attention_kernel<4>
-                            : attention_kernel<8>;
-    launch_clustered("attention kernel", kernel, grid, dim3(1, 1, unsigned(p.splits)), kWarps * kWarp, shmem,
-                     s, p);
+    // Blocks per KV head once the per-head grid spans several waves (nt * n_head_kv of them or more).
+    constexpr int64_t kPerKvRows = 64;
+    const bool grouped = blocks == AttnBlocks::PerKvHead ||
+                         (blocks == AttnBlocks::Auto && per_kv && nt * a.n_head_kv >= kPerKvRows);
+    if (grouped) return launch_attention<8>(p, e, a.n_head_kv, s);
+    launch_attention<1>(p, e, a.n_head, s);
 }
 
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s) {

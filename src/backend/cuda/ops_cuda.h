@@ -78,9 +78,14 @@ enum class AttnRows : uint8_t { kAll, kSingle, kChunked };
 // out: [nt][n_head * head_dim]. Decode (nt == 1, or any nt with one_token_splits) splits contexts of
 // more than 64 keys over up to attention_splits() blocks per head, one thread-block cluster, which merge
 // their partial softmaxes (1 where clusters are missing).
+// Where the keys are not split (attention_splits 1), a block may serve every query head of a KV head,
+// reading each K and V row once for them all (PerKvHead, groups of at most 8 heads, head_dim <= 128),
+// instead of one query head (PerHead): the same bits either way. Auto takes PerKvHead for wide grids.
+enum class AttnBlocks : uint8_t { Auto, PerHead, PerKvHead };
 int attention_splits(const AttnShape& a, int64_t nt, int64_t n_ctx);
+bool attention_blocks_per_kv_head(const AttnShape& a, int64_t nt, int64_t n_ctx);  // whether PerKvHead runs
 void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,
-               float* out, Stream s, AttnRows rows = AttnRows::kAll);
+               float* out, Stream s, AttnRows rows = AttnRows::kAll, AttnBlocks blocks = AttnBlocks::Auto);
 // The same attention for prefill (nt > kMaxMatvecTokens), query-tiled: a block per 32 query rows of a
 // head walks key tiles of 32 in shared memory with an online softmax, no score matrix in memory; the keys
 // a block walks end at its rows' largest position (read on the device, in any order). A block whose rows
