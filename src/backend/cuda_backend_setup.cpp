@@ -1,0 +1,201 @@
+// The CUDA backend's setup: weights uploaded in their layouts, KV regions, the RoPE table and scratch sized
+// for a graph, and which outputs kernels write straight into host memory.
+#include "backend/cuda_backend_impl.h"
+
+namespace minfer {
+
+// Fewest rows of a matrix uploaded tiled: only output heads (vocabulary rows). By measurement
+// (bench_cuda_matvec, block layout -> tiled, us, same call): 7b.lm_head 132.9 -> 108.5, but 7b.gate_up
+// (18944 rows each) 34.0 -> 35.5, 7b.o 5.7 -> 6.9, 7b.qkv 8.5 -> 10.2, 0.5b.down 3.9 -> 5.3, since the
+// block-layout kernels' layouts were chosen by measurement; 7B Q4_K_M tg128 390.7 -> 397.1-398.5 tok/s
+// with its FFN in the block layout.
+constexpr int64_t kTiledMinRows = 65536;
+
+// Which Q4_K / padded Q6_K matrices that fit take one token's x as int8 (dp4a, QMatrix::xq). The FFN's
+// gate and up go through matvec_swiglu, whose thread blocks each quantize x as they stage it; every other
+// product reads x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By measurement
+// (bench_cuda_matvec, us, same call), f32 -> int8 staged / once -> int8x2 staged / once:
+// - 7b.gate_up Q4_K 33.2 -> 26.9 / - -> 32.0 / -; 7b.qkv 8.4 -> 7.0 / 8.1 -> 9.7 / 8.5;
+// - 7b.o 5.7 -> 6.7 / 7.6 -> 6.8 / 6.2; 7b.down 20.1 -> 28.1 / 20.1 -> 33.1 / 21.2;
+// - 7b.lm_head 131.3 (109.0 tiled) -> 94.5 / 107.6 -> 115.5 / 115.2;
+// - Q6_K (padded f32): 7b.down 29.7 -> 35.3 / 25.8 -> 37.9 / 27.4, 7b.lm_head 151.8 -> 137.4 / 134.4 ->
+//   143.4 / 142.1.
+// Every such matrix takes it, in either format: in the model that beat the per-matrix choice these cold,
+// one-kernel numbers suggest (the cause is not measured). H200 tg128 (ab.sh, f32 -> int8 / int8x2):
+// 7B Q4_K_M 401 -> 479-483 / 433, 1.5B 931 -> 1,026-1,041 / 921, 0.5B 1,728 -> 1,790-1,811 / 1,794.
+// Taking int8x2 only where it won alone (Q6_K, and the FFN's gate and up) measured slower in the model:
+// 7B 423, 1.5B 909, 0.5B 1,742.
+
+// Uploads matrices of one type into one allocation, back to back, so that a product with all of them
+// is one product with the concatenation (their rows are output features). Where every part fits the
+// tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads),
+// the concatenation is tiled; Q6_K is padded (pad_matrix). Every copy is ordered on `stream`: a plain
+// cudaMemcpy from pageable memory may return before its DMA lands, and the non-blocking stream's tile
+// kernel would then read the staging buffer's previous matrix (CudaVsCpu failed 2 runs in 3 that way).
+void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
+    size_t total = 0, stored = 0;
+    int64_t rows = 0;
+    bool tiled = may_tile && tiling, padded = padding, int8_x = decode_x != cuda::XQuant::kF32;
+    for (const WeightRef* w : ws) {
+        total += bytes_of(*w);
+        rows += w->n_out;
+        tiled = tiled && cuda::tiles_fit(w->type, w->n_in, w->n_out);
+        padded = padded && cuda::pads_fit(w->type);
+        int8_x = int8_x && cuda::dp4a_fits(w->type, w->n_in);
+    }
+    const WeightRef& first = **ws.begin();
+    tiled = tiled && !int8_x && rows >= kTiledMinRows;
+    padded = padded && !tiled;
+    int8_x = int8_x && (first.type != GgmlType::Q6_K || padded);  // the int8 kernels read Q6_K padded
+    const cuda::XQuant xq = int8_x ? decode_x : cuda::XQuant::kF32;
+    if (int8_x) x8.reserve(cuda::int8_x_bytes(xq, first.n_in));
+    const auto stored_bytes = [&](const WeightRef& w) {
+        return padded ? size_t(cuda::padded_row_bytes(w.type, w.n_in) * w.n_out) : bytes_of(w);
+    };
+    for (const WeightRef* w : ws) stored += stored_bytes(*w);
+    uint8_t* base = allocate(stored);
+    if (tiled || padded) upload_stage.reserve(total);
+    uint8_t* raw = tiled || padded ? upload_stage.as<uint8_t>() : base;
+    size_t off = 0, at = 0;
+    for (const WeightRef* w : ws) {
+        MINFER_CUDA_CHECK(
+            cudaMemcpyAsync(raw + off, tensor(*w).data, bytes_of(*w), cudaMemcpyHostToDevice, stream));
+        mats[w->name] = QMatrix{w->type, base + at, w->n_in, w->n_out, tiled, padded, xq};
+        off += bytes_of(*w);
+        at += stored_bytes(*w);
+    }
+    if (tiled) cuda::tile_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
+    if (padded) cuda::pad_matrix(QMatrix{first.type, raw, first.n_in, rows}, base, stream);
+    if (tiled || padded) MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (ws.size() > 1) qkv[first.name] = QMatrix{first.type, base, first.n_in, rows, tiled, padded, xq};
+}
+
+void CudaBackend::Impl::upload_vector(const WeightRef& w) {
+    if (!w.present() || vecs.count(w.name)) return;
+    const GgufTensor& t = tensor(w);
+    std::vector<float> host(size_t(w.n_in));
+    quant_traits(t.type)->to_float(t.data, host.data(), w.n_in);
+    auto* d = reinterpret_cast<float*>(allocate(host.size() * sizeof(float)));
+    MINFER_CUDA_CHECK(
+        cudaMemcpyAsync(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    vecs[w.name] = d;
+}
+
+void CudaBackend::Impl::upload_all(const WeightSet& w) {
+    for (const WeightSet::Layer& l : w.layers) {
+        if (l.q.type == l.k.type && l.k.type == l.v.type) {
+            upload_matrices({&l.q, &l.k, &l.v});
+        } else if (l.q.type == l.k.type) {  // V of another type: its own product in FusedQKV
+            upload_matrices({&l.q, &l.k});
+            upload_matrices({&l.v});
+        } else {
+            for (const WeightRef* m : {&l.q, &l.k, &l.v}) upload_matrices({m});
+        }
+        for (const WeightRef& m : l.matrices) upload_matrices({&m});
+        for (const WeightRef& v : l.vectors) upload_vector(v);
+    }
+    upload_matrices({&w.tok_embd}, false);
+    if (!mats.count(w.output.name)) upload_matrices({&w.output});
+    upload_vector(w.output_norm);
+    MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    upload_stage.release();
+}
+
+void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
+    for (const KvShape& s : kv_shapes(g)) {
+        if (size_t(s.layer) >= kv.size()) kv.resize(size_t(s.layer) + 1, cuda::KvRegion{});
+        cuda::KvRegion& r = kv[size_t(s.layer)];
+        if (r.k && r.n_embd == s.n_embd && r.n_ctx == s.n_ctx) continue;  // persists across rebuilds
+        if (r.k)
+            throw Error("KV region of layer " + std::to_string(s.layer) +
+                        " was declared with a different shape");
+        const size_t bytes = size_t(s.n_embd * s.n_ctx) * sizeof(float);
+        for (int i = 0; i < 2; ++i) {
+            kv_mem.push_back(std::make_unique<DeviceBuffer>());
+            kv_mem.back()->reserve(bytes);
+            MINFER_CUDA_CHECK(cudaMemset(kv_mem.back()->ptr, 0, bytes));
+        }
+        r = {kv_mem[kv_mem.size() - 2]->as<float>(), kv_mem.back()->as<float>(), s.n_embd, s.n_ctx};
+    }
+}
+
+// The RoPE table the QKV fusions' epilogues read (cuda::RopeTable), for the graph's context size: the
+// epilogue kernel then loads its angles instead of evaluating them in double precision, which measured
+// 1.5-1.9% of a decode step (0.5B / 1.5B Q4_K_M tg128).
+bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
+    for (const CNode& n : g.nodes) {
+        const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
+        if (!f) continue;
+        const std::pair key{f->rope.n_rot, f->rope.freq_base};
+        if (rope_tab.cs && key == rope_key && rope_tab.n_pos >= f->kv.n_ctx) return false;
+        rope_cs.reserve(size_t(f->kv.n_ctx * f->rope.n_rot) * sizeof(float));
+        cuda::rope_table({0, f->rope.head_dim, f->rope.n_rot, f->rope.freq_base, false}, f->kv.n_ctx,
+                         rope_cs.as<float>(), stream);
+        MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));  // kernels read it before their first wait
+        rope_tab = {rope_cs.as<float>(), f->kv.n_ctx};
+        rope_key = key;
+        return true;
+    }
+    return false;
+}
+
+// Scratch sized for the graph: prefill attention's scores and expanded K/V (gemm_attention
+// only), fused-QKV rows, the GEMM's half-precision weight and activation tiles, and the tensor-core
+// products' quantized x and partial sums.
+bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
+    size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
+    size_t mma_bytes = 0, mma_floats = 0, gather_floats = 0;
+    const auto need_mma = [&](const QMatrix& w, int64_t nt) {
+        const Mma path = mma_path(w, nt);
+        if (path == Mma::None) return false;
+        mma_bytes =
+            std::max(mma_bytes, path == Mma::F16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
+        mma_floats = std::max(mma_floats, cuda::mma_scratch_floats(w, nt));
+        return true;
+    };
+    for (const CNode& n : g.nodes) {
+        const int64_t nt = n.shape[1];
+        const auto* a = std::get_if<meta::Attn>(&n.meta);
+        if (a && nt > cuda::kMaxMatvecTokens && gemm_attention) {
+            const size_t n_ctx = size_t(region(a->layer).n_ctx);
+            score_floats = std::max(score_floats, size_t(a->n_head * nt) * n_ctx);
+            if (a->n_head > a->n_head_kv) wide_floats = std::max(wide_floats, 2 * n_ctx * a->n_head * a->hd);
+        }
+        if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
+            fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
+        if (opt.nccl && std::holds_alternative<op::AllGather>(n.op))
+            gather_floats = std::max(gather_floats, size_t(n.n_elements()));
+        const auto* m = std::get_if<meta::MatMul>(&n.meta);
+        const auto w = m ? mats.find(m->weight.name) : mats.end();
+        if ((w == mats.end() || !need_mma(w->second, nt)) && m && nt >= gemm_tokens) {
+            w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
+            x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
+        }
+        if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) {
+            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end()) need_mma(it->second, nt);
+            if (mats.count(f->v.weight.name)) need_mma(mats.at(f->v.weight.name), nt);
+        }
+    }
+    bool moved = scores.reserve(score_floats * sizeof(float));
+    moved |= kv_wide.reserve(wide_floats * sizeof(float));
+    moved |= fused.reserve(fused_floats * sizeof(float));
+    moved |= gemm_w.reserve(w_halves * 4);  // f32 when the weights are read in single precision
+    moved |= gemm_x.reserve(x_halves * 2);
+    moved |= mma_x.reserve(mma_bytes);
+    moved |= mma_part.reserve(mma_floats * sizeof(float));
+    moved |= gather.reserve(gather_floats * sizeof(float));
+    return moved;
+}
+
+// A graph that runs wholly on the GPU has its outputs of fewer than gemm_tokens columns (the decode
+// logits) written by their matrix-vector kernel straight into the pinned host arena, which unified
+// addressing maps at the same address on the device: no device-to-host copy and no second launch follow
+// the graph. Wider outputs (from cuBLAS) are still copied.
+void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
+    host_out.assign(g.nodes.size(), false);
+    for (const CNode& n : g.nodes)
+        if (!std::holds_alternative<op::Input>(n.op) && n.backend != BackendKind::Cuda) return;
+    for (NodeId out : g.outputs) host_out[size_t(out)] = g[out].shape[1] < gemm_tokens;
+}
+
+}  // namespace minfer
