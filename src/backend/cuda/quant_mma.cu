@@ -233,27 +233,28 @@ __device__ __forceinline__ void stage_math(const uint8_t* wst, const uint8_t* xs
     }
 }
 
-// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits. kGroups column groups of kWarps warps
-// share each stage: warp w takes row group w % kWarps and columns 8 kNb (w / kWarps).. of the tile, so a
-// wide tile keeps its stage's bytes and registers per warp small enough for more warps per SM. The
+// The int8 product's parts for staged_block.
+struct Int8Product {
+    template <class W>
+    using Stage = StageOf<W>;
+    template <class W, int kCols, int kThreads>
+    __device__ static void load_x(const MmaArgs& a, int c0, int cols, int k, uint8_t* dst) {
+        stage_x<W, kCols, kThreads>(a, c0, cols, k, dst);
+    }
+    template <class W, int kNb, int kCols>
+    __device__ static void math(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols,
+                                float (&acc)[kMt][kNb][4]) {
+        stage_math<W, kNb, kCols>(wst, xst, rw, cb, cols, acc);
+    }
+};
+
+// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits (staged_block). Several column groups let
+// a wide tile keep its stage's bytes and registers per warp small enough for more warps per SM. The
 // weights of the first stages are requested before waiting for the previous kernel (they do not depend
 // on it); x after.
 template <class W, int kNb, int kGroups, int kStages>
 __global__ void __launch_bounds__(kWarps* kGroups * 32) staged_kernel(MmaArgs a) {
-    using S = StageOf<W>;
-    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
-    extern __shared__ __align__(16) uint8_t smem[];
-    release_next();
-    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
-    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
-    const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
-    const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
-    float acc[kMt][kNb][4] = {};
-    run_stages<kStages, kStageBytes>(
-        smem, n, [&](int i, uint8_t* p) { stage_weights<W, kThreads>(a, rb, k0 + i, p); },
-        [&](int i, uint8_t* p) { stage_x<W, kCols, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes); },
-        [&](const uint8_t* p) { stage_math<W, kNb, kCols>(p, p + S::kWBytes, rw, cb, cols, acc); });
-    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+    staged_block<Int8Product, W, kNb, kGroups, kStages>(a);
 }
 
 // y = the splits' partial sums added in split order (+ bias) (+ res).

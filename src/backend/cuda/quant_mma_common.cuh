@@ -276,6 +276,31 @@ __device__ __forceinline__ void run_stages(uint8_t* smem, int n, const LoadW& lo
     }
 }
 
+// A thread block's part of a staged product: tile columns 8 kNb kGroups from blockIdx.x's, rows from
+// blockIdx.y's, the row's stages of split blockIdx.z. kGroups column groups of kWarps warps share each
+// stage: warp w takes row group w % kWarps and columns 8 kNb (w / kWarps).. of the tile. P is the product
+// (int8 or f16): P::Stage<W> its stage layout, P::load_x<W, kCols, kThreads> its x loader and
+// P::math<W, kNb, kCols> its stage arithmetic.
+template <class P, class W, int kNb, int kGroups, int kStages, class Args>
+__device__ __forceinline__ void staged_block(const Args& a) {
+    using S = typename P::template Stage<W>;
+    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
+    extern __shared__ __align__(16) uint8_t smem[];
+    release_next();
+    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
+    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
+    const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
+    const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
+    float acc[kMt][kNb][4] = {};
+    run_stages<kStages, kStageBytes>(
+        smem, n, [&](int i, uint8_t* p) { stage_weights<W, kThreads>(a, rb, k0 + i, p); },
+        [&](int i, uint8_t* p) {
+            P::template load_x<W, kCols, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes);
+        },
+        [&](const uint8_t* p) { P::template math<W, kNb, kCols>(p, p + S::kWBytes, rw, cb, cols, acc); });
+    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+}
+
 struct Layout {
     int block_elems, block_bytes;
     int stage_blocks;  // weight blocks per stage of the staged kernel (StageOf::kBlocks)

@@ -142,24 +142,25 @@ __device__ __forceinline__ void stage_math16(const uint8_t* wst, const uint8_t* 
     }
 }
 
-// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits; kGroups column groups of kWarps warps
-// share each stage (as the int8 staged kernel).
+// The f16 product's parts for staged_block.
+struct F16Product {
+    template <class W>
+    using Stage = F16Stage<W>;
+    template <class W, int kCols, int kThreads>
+    __device__ static void load_x(const F16Args& a, int c0, int cols, int k, uint8_t* dst) {
+        stage_x16<W, kThreads>(a, c0, cols, k, dst);
+    }
+    template <class W, int kNb, int kCols>
+    __device__ static void math(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols,
+                                float (&acc)[kMt][kNb][4]) {
+        stage_math16<W, kNb, kCols>(wst, xst, rw, cb, cols, acc);
+    }
+};
+
+// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits (staged_block, as the int8 staged kernel).
 template <class W, int kNb, int kGroups, int kStages>
 __global__ void __launch_bounds__(kWarps* kGroups * 32) f16_kernel(F16Args a) {
-    using S = F16Stage<W>;
-    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
-    extern __shared__ __align__(16) uint8_t smem[];
-    release_next();
-    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
-    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
-    const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
-    const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
-    float acc[kMt][kNb][4] = {};
-    run_stages<kStages, kStageBytes>(
-        smem, n, [&](int i, uint8_t* p) { stage_weights<W, kThreads>(a, rb, k0 + i, p); },
-        [&](int i, uint8_t* p) { stage_x16<W, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes); },
-        [&](const uint8_t* p) { stage_math16<W, kNb, kCols>(p, p + S::kWBytes, rw, cb, cols, acc); });
-    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+    staged_block<F16Product, W, kNb, kGroups, kStages>(a);
 }
 
 // Tiles of 64 columns over two column groups of warps.
