@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/attn_test_util.h"
+#include "util/error.h"
 
 namespace minfer::test {
 namespace {
@@ -280,6 +281,13 @@ TEST(CudaPaged, BlocksPerKvHeadEqualPerHeadOnes) {
         }
     }
     EXPECT_GE(covered, 4) << "head layouts that take blocks per KV head";
+    const cuda::AttnShape one_head_a_kv_head{16, 16, 64, 16 * 64, 0.125f};  // no group to serve
+    DeviceBuffer<float> q(size_t(16 * 64)), out(size_t(16 * 64));
+    const DeviceBuffer<int32_t> pos(Pos{3});
+    TestRegion reg(16 * 64, 8, rng);
+    EXPECT_THROW(cuda::attention(q.get(), reg.view(), pos.get(), 1, one_head_a_kv_head, out.get(), nullptr,
+                                 cuda::AttnRows::kAll, cuda::AttnBlocks::PerKvHead),
+                 Error);
 }
 
 }  // namespace
