@@ -213,6 +213,7 @@ void add_run_command(CLI::App& app) {
     add_sampling_options(*c, o->gen.sampling);
     c->add_option("--stop", o->gen.stop, "Stop string (repeatable)");
     c->add_flag("--ignore-eos", o->gen.ignore_eos, "Do not stop at end of generation");
+    c->add_flag("--special", o->gen.special, "Show control tokens (<|im_end|>, ...) in the text");
     c->add_flag("--json", o->json,
                 "Print one JSON object {prompt_ids, ids, text} (per prompt with --parallel)");
     c->add_option("--parallel", o->parallel,

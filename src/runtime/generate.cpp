@@ -30,7 +30,7 @@ GenerateResult generate(Session& s, const Tokenizer& tok, std::span<const int32_
                     std::to_string(s.n_ctx()) + " (use -c to raise it)");
     GenerateResult r;
     for (int32_t id : prompt) sampler.accept(id);
-    TextStream text(tok, gp.stop);
+    TextStream text(tok, gp.stop, !gp.special);
     auto emit = [&](std::string_view piece) {
         if (on_text && !piece.empty()) on_text(piece);
     };

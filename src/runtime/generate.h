@@ -17,6 +17,7 @@ namespace minfer {
 struct GenerateParams {
     int64_t n_predict = 128;
     bool ignore_eos = false;  // end of generation does not stop (it is not banned either)
+    bool special = false;     // the text shows control tokens (<|im_end|>, ...), as llama.cpp's --special
     SamplerParams sampling;
     std::vector<std::string> stop;      // stop strings: generation ends when the text contains one
     std::function<bool()> should_stop;  // polled before each token (e.g. Ctrl-C); empty: never

@@ -24,7 +24,11 @@ const char* finish_reason_name(FinishReason r) {
 // prompt, then each sampled token; after a preemption all of it is recomputed), `fed` how many it has.
 struct Scheduler::Active {
     Active(uint64_t i, GenerationRequest r, const Tokenizer& tok)
-        : id(i), req(std::move(r)), sampler(req.gen.sampling), text(tok, req.gen.stop), feed(req.prompt) {
+        : id(i),
+          req(std::move(r)),
+          sampler(req.gen.sampling),
+          text(tok, req.gen.stop, !req.gen.special),
+          feed(req.prompt) {
         for (const int32_t t : req.prompt) sampler.accept(t);
         result.prompt_tokens = int64_t(req.prompt.size());
     }

@@ -4,8 +4,8 @@
 
 namespace minfer {
 
-TextStream::TextStream(const Tokenizer& tok, const std::vector<std::string>& stop)
-    : decoder_(tok, true), stop_(stop) {
+TextStream::TextStream(const Tokenizer& tok, const std::vector<std::string>& stop, bool skip_special)
+    : decoder_(tok, skip_special), stop_(stop) {
     for (const std::string& s : stop_)
         if (!s.empty()) hold_ = std::max(hold_, s.size() - 1);  // what could still become a stop string
 }

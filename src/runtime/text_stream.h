@@ -1,7 +1,7 @@
 // The text of a generation as it streams: tokens decoded without splitting a UTF-8 character
-// (StreamDecoder; special tokens such as <|im_end|> add no text), cut before the first stop string, and
-// released only once no stop string could still begin in it. generate() and the scheduler share it, so a stop
-// string behaves the same in both.
+// (StreamDecoder; special tokens such as <|im_end|> add no text unless asked), cut before the first stop
+// string, and released only once no stop string could still begin in it. generate() and the scheduler share
+// it, so a stop string behaves the same in both.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,7 +14,8 @@ namespace minfer {
 
 class TextStream {
   public:
-    TextStream(const Tokenizer& tok, const std::vector<std::string>& stop);
+    // skip_special: control and unused tokens add no text (StreamDecoder).
+    TextStream(const Tokenizer& tok, const std::vector<std::string>& stop, bool skip_special);
     // Appends a token's text; true when a stop string is now complete (the text ends before it).
     bool feed(int32_t id);
     // The text that became safe to show since the last call.

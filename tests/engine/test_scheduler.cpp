@@ -189,6 +189,34 @@ TEST(Scheduler, StopStringsAndEndOfGenerationFinishWithStop) {
     EXPECT_EQ(r.text, full.substr(0, full.find(g.stop[0])));
 }
 
+// A generation past the end of text (ignore_eos) picks control tokens; its text leaves them out unless
+// GenerateParams::special asks for them, the same ids either way; generate() (minfer run) agrees.
+TEST(Scheduler, TextShowsControlTokensOnlyWhenAsked) {
+    Fixture f;
+    Engine e(*f.model, invariant_params(2, 1024));
+    Scheduler s(e, *f.tok);
+    const std::vector<int32_t> p = f.tok->encode("Hello", false, false);
+    GenerationResult plain, shown;
+    GenerateParams g = gen(0.0f, 1, 200);
+    s.submit({p, g, {}, [&](const GenerationResult& x) { plain = x; }});
+    g.special = true;
+    s.submit({p, g, {}, [&](const GenerationResult& x) { shown = x; }});
+    s.run_until_idle();
+    ASSERT_EQ(plain.ids, shown.ids);
+    std::string without;
+    int specials = 0;
+    for (const int32_t id : plain.ids) {
+        specials += f.tok->is_special(id);
+        if (!f.tok->is_special(id)) without += f.tok->token_to_bytes(id);
+    }
+    ASSERT_GT(specials, 0) << "the prompt should run past an end-of-text token within 200 tokens";
+    EXPECT_EQ(plain.text, without);
+    EXPECT_EQ(shown.text, f.tok->decode(shown.ids));
+    EXPECT_NE(plain.text, shown.text);
+    Session session(*f.model, {1024, 2, BackendKind::Cpu, kDefaultUbatch, true});
+    EXPECT_EQ(generate(session, *f.tok, p, g).text, shown.text);
+}
+
 TEST(Scheduler, BadRequestsAreRefused) {
     Fixture f;
     Engine e(*f.model, invariant_params(2, 64));
