@@ -308,25 +308,19 @@ void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
 }
 
 template <class W, int kNb, int kGroups>
-void launch_staged_tile(const MmaArgs& a, int nb8, int splits, Stream s) {
-    constexpr int kCols = 8 * kNb * kGroups;
-    constexpr int kStages = StageOf<W>::stages(kCols), kBytes = kStages * StageOf<W>::bytes(kCols);
-    const auto kernel = staged_kernel<W, kNb, kGroups, kStages>;
-    static const cudaError_t opt_in =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    MINFER_CUDA_CHECK(opt_in);
-    const dim3 grid(unsigned((nb8 + kNb * kGroups - 1) / (kNb * kGroups)),
-                    unsigned((a.n_out + kBlockRows - 1) / kBlockRows), unsigned(splits));
-    launch("mma staged kernel", kernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
+void launch_staged_tile(const MmaArgs& a, int splits, Stream s) {
+    constexpr int kCols = 8 * kNb * kGroups, kStages = StageOf<W>::stages(kCols);
+    launch_staged_block<staged_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols, kGroups, kStages>(
+        "mma staged kernel", a, splits, s);
 }
 
 // Tiles of 64 columns take two column groups of warps (8 warps per SM where one thread block fits).
 template <class W>
 void launch_staged(const MmaArgs& a, int nb8, int splits, Stream s) {
-    if (nb8 > 4) return launch_staged_tile<W, 4, 2>(a, nb8, splits, s);
-    if (nb8 > 2) return launch_staged_tile<W, 4, 1>(a, nb8, splits, s);
-    if (nb8 > 1) return launch_staged_tile<W, 2, 1>(a, nb8, splits, s);
-    launch_staged_tile<W, 1, 1>(a, nb8, splits, s);
+    if (nb8 > 4) return launch_staged_tile<W, 4, 2>(a, splits, s);
+    if (nb8 > 2) return launch_staged_tile<W, 4, 1>(a, splits, s);
+    if (nb8 > 1) return launch_staged_tile<W, 2, 1>(a, splits, s);
+    launch_staged_tile<W, 1, 1>(a, splits, s);
 }
 
 template <class W>

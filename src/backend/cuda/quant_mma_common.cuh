@@ -301,6 +301,19 @@ __device__ __forceinline__ void staged_block(const Args& a) {
     if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
+// Launches kKernel, a staged_block kernel of kGroups column groups and kStages stages of S over tiles of
+// kCols columns: the grid's column tiles, row blocks and splits; its dynamic shared memory opted in once.
+template <auto kKernel, class S, int kCols, int kGroups, int kStages, class Args>
+void launch_staged_block(const char* what, const Args& a, int splits, Stream s) {
+    constexpr int kBytes = kStages * S::bytes(kCols);
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    MINFER_CUDA_CHECK(opt_in);
+    const dim3 grid(unsigned((a.nt8 + kCols - 1) / kCols), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
+                    unsigned(splits));
+    launch(what, kKernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
+}
+
 struct Layout {
     int block_elems, block_bytes;
     int stage_blocks;  // weight blocks per stage of the staged kernel (StageOf::kBlocks)

@@ -166,16 +166,10 @@ __global__ void __launch_bounds__(kWarps* kGroups * 32) f16_kernel(F16Args a) {
 // Tiles of 64 columns over two column groups of warps.
 template <class W>
 void launch_f16(const F16Args& a, int splits, Stream s) {
-    constexpr int kNb = 4, kGroups = 2, kCols = 8 * kNb * kGroups;
-    constexpr int kStages = F16Stage<W>::stages(kCols), kBytes = kStages * F16Stage<W>::bytes(kCols);
+    constexpr int kNb = 4, kGroups = 2, kCols = 8 * kNb * kGroups, kStages = F16Stage<W>::stages(kCols);
     static_assert(kStages >= 2, "two stages of 64 columns must fit in shared memory");
-    const auto kernel = f16_kernel<W, kNb, kGroups, kStages>;
-    static const cudaError_t opt_in =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    MINFER_CUDA_CHECK(opt_in);
-    const dim3 grid(unsigned((a.nt8 + kCols - 1) / kCols), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
-                    unsigned(splits));
-    launch("mma f16 kernel", kernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
+    launch_staged_block<f16_kernel<W, kNb, kGroups, kStages>, F16Stage<W>, kCols, kGroups, kStages>(
+        "mma f16 kernel", a, splits, s);
 }
 
 }  // namespace
