@@ -241,9 +241,10 @@ struct Int8Product {
     __device__ static void load_x(const MmaArgs& a, int c0, int cols, int k, uint8_t* dst) {
         stage_x<W, kCols, kThreads>(a, c0, cols, k, dst);
     }
-    template <class W, int kNb, int kCols>
-    __device__ static void math(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols,
+    template <class W, int kNb, int kCols, int kKGroups>
+    __device__ static void math(const uint8_t* wst, const uint8_t* xst, int rw, int cb, int cols, int,
                                 float (&acc)[kMt][kNb][4]) {
+        static_assert(kKGroups == 1, "the int8 product keeps the direct kernel's order: one k group");
         stage_math<W, kNb, kCols>(wst, xst, rw, cb, cols, acc);
     }
 };
@@ -254,7 +255,7 @@ struct Int8Product {
 // on it); x after.
 template <class W, int kNb, int kGroups, int kStages>
 __global__ void __launch_bounds__(kWarps* kGroups * 32) staged_kernel(MmaArgs a) {
-    staged_block<Int8Product, W, kNb, kGroups, kStages>(a);
+    staged_block<Int8Product, W, kNb, kGroups, 1, kStages>(a);
 }
 
 // y = the splits' partial sums added in split order (+ bias) (+ res).
@@ -310,8 +311,8 @@ void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
 template <class W, int kNb, int kGroups>
 void launch_staged_tile(const MmaArgs& a, int splits, Stream s) {
     constexpr int kCols = 8 * kNb * kGroups, kStages = StageOf<W>::stages(kCols);
-    launch_staged_block<staged_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols, kGroups, kStages>(
-        "mma staged kernel", a, splits, s);
+    launch_staged_block<staged_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols, kWarps * kGroups * 32,
+                        kStages>("mma staged kernel", a, splits, s);
 }
 
 // Tiles of 64 columns take two column groups of warps (8 warps per SM where one thread block fits).

@@ -219,6 +219,11 @@ __host__ __device__ constexpr int stages_for(int bytes) {
     return two >= 2 ? (two < 4 ? two : 4) : (one < 4 ? one : 4);
 }
 
+// Thread blocks of `bytes` shared memory that fit an SM: two or one (stages_for's choice).
+__host__ __device__ constexpr int blocks_per_sm(int bytes) {
+    return bytes <= (113 << 10) ? 2 : 1;
+}
+
 template <int N>
 __device__ __forceinline__ void cp_async(uint8_t* smem, const void* gmem) {
     const auto dst = unsigned(__cvta_generic_to_shared(smem));
@@ -276,19 +281,48 @@ __device__ __forceinline__ void run_stages(uint8_t* smem, int n, const LoadW& lo
     }
 }
 
+// Adds the kKGroups k groups' accumulators of each warp tile in group order (group 0's, then 1's, ...)
+// into group 0's warps, through the shared memory the stages are done with. kPerGroup threads a group;
+// a thread and its counterparts in the other groups hold the same outputs.
+template <int kNb, int kKGroups, int kPerGroup>
+__device__ __forceinline__ void sum_k_groups(uint8_t* smem, int kg, float (&acc)[kMt][kNb][4]) {
+    constexpr int kN = kMt * kNb * 4;
+    float* buf = reinterpret_cast<float*>(smem);
+    float* v = &acc[0][0][0];
+    const int tid = int(threadIdx.x) % kPerGroup;
+    cp_wait<0>();
+    __syncthreads();  // every warp is done with the last stage
+    for (int from = 1; from < kKGroups; ++from) {
+        if (kg == from)
+#pragma unroll
+            for (int i = 0; i < kN; ++i) buf[i * kPerGroup + tid] = v[i];
+        __syncthreads();
+        if (kg == 0)
+#pragma unroll
+            for (int i = 0; i < kN; ++i) v[i] += buf[i * kPerGroup + tid];
+        __syncthreads();
+    }
+}
+
 // A thread block's part of a staged product: tile columns 8 kNb kGroups from blockIdx.x's, rows from
 // blockIdx.y's, the row's stages of split blockIdx.z. kGroups column groups of kWarps warps share each
-// stage: warp w takes row group w % kWarps and columns 8 kNb (w / kWarps).. of the tile. P is the product
-// (int8 or f16): P::Stage<W> its stage layout, P::load_x<W, kCols, kThreads> its x loader and
-// P::math<W, kNb, kCols> its stage arithmetic.
-template <class P, class W, int kNb, int kGroups, int kStages, class Args>
+// stage: warp w takes row group w % kWarps and columns 8 kNb ((w / kWarps) % kGroups).. of the tile. With
+// kKGroups k groups, each takes a kKGroups-th of every stage's 32-element blocks (group w / (kWarps
+// kGroups)), and their sums are added in group order at the end. P is the product (int8 or f16):
+// P::Stage<W> its stage layout, P::load_x<W, kCols, kThreads> its x loader and P::math<W, kNb, kCols,
+// kKGroups> its stage arithmetic.
+template <class P, class W, int kNb, int kGroups, int kKGroups, int kStages, class Args>
 __device__ __forceinline__ void staged_block(const Args& a) {
     using S = typename P::template Stage<W>;
-    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols), kThreads = kWarps * kGroups * 32;
+    constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols);
+    constexpr int kPerGroup = kWarps * kGroups * 32, kThreads = kPerGroup * kKGroups;
+    static_assert(kKGroups == 1 || kMt * kNb * 4 * kPerGroup * 4 <= kStages * kStageBytes,
+                  "the k groups' sums must fit where the stages were");
     extern __shared__ __align__(16) uint8_t smem[];
     release_next();
     const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
-    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps * 8 * kNb;
+    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps % kGroups * 8 * kNb;
+    const int kg = warp / (kWarps * kGroups);
     const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
     const int n = min(a.nb, (int(blockIdx.z) + 1) * a.per_split) / S::kBlocks - k0;
     float acc[kMt][kNb][4] = {};
@@ -297,13 +331,16 @@ __device__ __forceinline__ void staged_block(const Args& a) {
         [&](int i, uint8_t* p) {
             P::template load_x<W, kCols, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes);
         },
-        [&](const uint8_t* p) { P::template math<W, kNb, kCols>(p, p + S::kWBytes, rw, cb, cols, acc); });
-    if (cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+        [&](const uint8_t* p) {
+            P::template math<W, kNb, kCols, kKGroups>(p, p + S::kWBytes, rw, cb, cols, kg, acc);
+        });
+    if constexpr (kKGroups > 1) sum_k_groups<kNb, kKGroups, kPerGroup>(smem, kg, acc);
+    if (kg == 0 && cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
-// Launches kKernel, a staged_block kernel of kGroups column groups and kStages stages of S over tiles of
+// Launches kKernel, a staged_block kernel of kThreads threads and kStages stages of S over tiles of
 // kCols columns: the grid's column tiles, row blocks and splits; its dynamic shared memory opted in once.
-template <auto kKernel, class S, int kCols, int kGroups, int kStages, class Args>
+template <auto kKernel, class S, int kCols, int kThreads, int kStages, class Args>
 void launch_staged_block(const char* what, const Args& a, int splits, Stream s) {
     constexpr int kBytes = kStages * S::bytes(kCols);
     static const cudaError_t opt_in =
@@ -311,7 +348,7 @@ void launch_staged_block(const char* what, const Args& a, int splits, Stream s) 
     MINFER_CUDA_CHECK(opt_in);
     const dim3 grid(unsigned((a.nt8 + kCols - 1) / kCols), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
                     unsigned(splits));
-    launch(what, kKernel, grid, dim3(kWarps * kGroups * 32), size_t(kBytes), s, a);
+    launch(what, kKernel, grid, dim3(kThreads), size_t(kBytes), s, a);
 }
 
 struct Layout {
