@@ -119,21 +119,22 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
 // Which tensor-core product takes nt columns of w. The int8 one: every width in the invariant mode, 2 to
 // mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for matrices of
-// at least kMmaWideDims rows and columns. The f16 one: wider products of those matrices up to
-// mma_f16_tokens columns, never in the invariant mode. Measured on the H200 (PERF-NOTES-GPU-BATCHED,
-// sessions 16-17, 21): at 32 columns the staged kernel beat dequantization + cuBLAS on 7B's matrices
-// (S_TG B=32 3,157 against 2,578 tok/s) and lost on 0.5B's (9,958 against 11,335); at 64 it lost on
-// both, also with two column groups of warps (7B B=64 3,807 against 4,570). The f16 kernel beats cuBLAS
-// on 7B's matrices up to 64 columns (B=48 3,925 against 3,580, B=64 4,686 against 4,584) and loses
-// beyond (B=128 5,405 against 7,121) and on 0.5B's (B=64 15,502 against 17,175).
+// at least kMmaWideDims rows and columns that the f16 one cannot take. The f16 one: wider products of
+// those matrices up to mma_f16_tokens columns, never in the invariant mode. Measured on the H200
+// (PERF-NOTES-GPU-BATCHED, sessions 16-17, 21-22): at 32 columns the int8 staged kernel beat
+// dequantization + cuBLAS on 7B's matrices (S_TG B=32 3,157 against 2,578 tok/s) and lost on 0.5B's
+// (9,958 against 11,335). The f16 kernel, each weight dequantized once, beats the int8 one on 7B's
+// matrices from 24 columns (7B B=24 2,884 -> 3,018, B=32 3,340 -> 3,764; equal at 16), and cuBLAS up to 64
+// columns (B=48 3,925 against 3,580, B=64 4,686 against 4,584 before that change); it loses beyond (B=128
+// 5,405 against 7,121) and on 0.5B's (B=64 15,502 against 17,175).
 CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt) const {
     constexpr int64_t kMmaWideDims = 2048;
     if (!cuda::mma_fits(w)) return Mma::None;
     const bool wide = w.n_in >= kMmaWideDims && w.n_out >= kMmaWideDims;
-    if (opt.mma_tokens > 0 && (opt.invariant || (nt >= 2 && nt <= (wide ? 2 : 1) * opt.mma_tokens)))
-        return Mma::Int8;
-    if (!opt.invariant && wide && nt >= 2 && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w))
-        return Mma::F16;
+    const bool f16 = !opt.invariant && wide && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w);
+    const int64_t int8_to = (wide && !f16 ? 2 : 1) * opt.mma_tokens;
+    if (opt.mma_tokens > 0 && (opt.invariant || (nt >= 2 && nt <= int8_to))) return Mma::Int8;
+    if (f16 && nt >= 2) return Mma::F16;
     return Mma::None;
 }
 

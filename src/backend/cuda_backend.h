@@ -28,9 +28,10 @@ struct CudaOptions {
     bool pad = true;                     // Q6_K blocks padded to 16 bytes (MINFER_NO_PAD=1: off)
     bool gemm_attention = false;  // unpaged prefill attention as cuBLAS products (MINFER_PREFILL_GEMM=1)
     bool profile = false;         // every node timed alone, a per-op table at exit (MINFER_CUDA_PROFILE=1)
-    // Products of 2 to mma_tokens columns (twice that for matrices of 2048 rows and columns or more) with
-    // the matrices cuda::mma_fits takes run on the int8 tensor cores (cuda::matmul_mma); wider ones as
-    // dequantization + cuBLAS (MINFER_NO_MMA=1: never on them; MINFER_MMA_TOKENS=N sets mma_tokens).
+    // Products of 2 to mma_tokens columns (twice that for matrices of 2048 rows and columns or more that
+    // the f16 product below does not take) with the matrices cuda::mma_fits takes run on the int8 tensor
+    // cores (cuda::matmul_mma); wider ones as dequantization + cuBLAS (MINFER_NO_MMA=1: never on them;
+    // MINFER_MMA_TOKENS=N sets mma_tokens).
     int64_t mma_tokens = 16;
     // Wider products up to mma_f16_tokens columns with those matrices of 2048 rows and columns or more
     // (cuda::mma_f16_fits) run on the f16 tensor cores, the weights dequantized in registers
