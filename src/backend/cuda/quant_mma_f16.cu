@@ -1,4 +1,4 @@
-// Quantized matrix times 33 to a few hundred columns on the f16 tensor cores (mma.sync m16n8k16, f16 x
+// Quantized matrix times a few dozen to a few hundred columns on the f16 tensor cores (mma.sync m16n8k16, f16 x
 // f16 -> f32). Thread blocks of 128 rows, shared-memory stages and splits are the int8 kernel's
 // (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step and the warps' tiles. Lane (g, t)
 // reads the levels of elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the format's
