@@ -1,9 +1,9 @@
-// Quantized matrix times a few dozen to a few hundred columns on the f16 tensor cores (mma.sync m16n8k16, f16 x
-// f16 -> f32). Thread blocks of 128 rows, shared-memory stages and splits are the int8 kernel's
-// (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step and the warps' tiles. Lane (g, t)
-// reads the levels of elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the format's
-// levels()), dequantizes them to half as dequant_f16 does (fmaf(ws, level, -wm) in f32, rounded to
-// nearest), and takes the same elements of column g's x as one 16-byte load: two m16n8k16 products per
+// Quantized matrix times a few dozen to a few hundred columns on the f16 tensor cores (mma.sync
+// m16n8k16, f16 x f16 -> f32). Thread blocks of 128 rows, shared-memory stages and splits are the int8
+// kernel's (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step and the warps' tiles.
+// Lane (g, t) reads the levels of elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the
+// format's levels()), dequantizes them to half as dequant_f16 does (fmaf(ws, level, -wm) in f32, rounded
+// to nearest), and takes the same elements of column g's x as one 16-byte load: two m16n8k16 products per
 // block, the first on elements 8t..8t+3, the second on 8t+4..8t+7 (A and B share the assignment of
 // elements to k, so any one works). Each warp covers all 64 columns of a tile, so each weight is
 // dequantized once (the f32 to half conversions are most of the instructions); two k groups of four
