@@ -254,7 +254,7 @@ struct Int8Product {
 // weights of the first stages are requested before waiting for the previous kernel (they do not depend
 // on it); x after.
 template <class W, int kNb, int kGroups, int kStages>
-__global__ void __launch_bounds__(kWarps* kGroups * 32) staged_kernel(MmaArgs a) {
+__global__ void __launch_bounds__(staged_threads(kGroups, 1)) staged_kernel(MmaArgs a) {
     staged_block<Int8Product, W, kNb, kGroups, 1, kStages>(a);
 }
 
@@ -311,8 +311,8 @@ void launch_direct(const MmaArgs& a, int nb8, int splits, Stream s) {
 template <class W, int kNb, int kGroups>
 void launch_staged_tile(const MmaArgs& a, int splits, Stream s) {
     constexpr int kCols = 8 * kNb * kGroups, kStages = StageOf<W>::stages(kCols);
-    launch_staged_block<staged_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols, kWarps * kGroups * 32,
-                        kStages>("mma staged kernel", a, splits, s);
+    launch_staged_block<staged_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols,
+                        staged_threads(kGroups, 1), kStages>("mma staged kernel", a, splits, s);
 }
 
 // Tiles of 64 columns take two column groups of warps (8 warps per SM where one thread block fits).

@@ -213,15 +213,22 @@ struct WeightStage {
     static constexpr int kWBytes = kBlockRows * kRowStride;
 };
 
+constexpr int kHalfSmBytes = 113 << 10;  // shared memory of each of two thread blocks on an SM
+
 // Two thread blocks per SM with 2-4 stages of `bytes` when they fit, else one with up to 4.
 __host__ __device__ constexpr int stages_for(int bytes) {
-    const int two = (113 << 10) / bytes, one = (226 << 10) / bytes;
+    const int two = kHalfSmBytes / bytes, one = 2 * kHalfSmBytes / bytes;
     return two >= 2 ? (two < 4 ? two : 4) : (one < 4 ? one : 4);
 }
 
 // Thread blocks of `bytes` shared memory that fit an SM: two or one (stages_for's choice).
 __host__ __device__ constexpr int blocks_per_sm(int bytes) {
-    return bytes <= (113 << 10) ? 2 : 1;
+    return bytes <= kHalfSmBytes ? 2 : 1;
+}
+
+// Threads of a staged_block thread block: kWarps warps per column group and k group.
+__host__ __device__ constexpr int staged_threads(int groups, int k_groups) {
+    return kWarps * groups * k_groups * 32;
 }
 
 template <int N>
@@ -315,7 +322,7 @@ template <class P, class W, int kNb, int kGroups, int kKGroups, int kStages, cla
 __device__ __forceinline__ void staged_block(const Args& a) {
     using S = typename P::template Stage<W>;
     constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols);
-    constexpr int kPerGroup = kWarps * kGroups * 32, kThreads = kPerGroup * kKGroups;
+    constexpr int kPerGroup = staged_threads(kGroups, 1), kThreads = staged_threads(kGroups, kKGroups);
     static_assert(kKGroups == 1 || kMt * kNb * 4 * kPerGroup * 4 <= kStages * kStageBytes,
                   "the k groups' sums must fit where the stages were");
     extern __shared__ __align__(16) uint8_t smem[];

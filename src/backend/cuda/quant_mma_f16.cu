@@ -175,7 +175,7 @@ struct F16Product {
 
 // Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits (staged_block, as the int8 staged kernel).
 template <class W, int kNb, int kGroups, int kKGroups, int kStages, int kPerSm>
-__global__ void __launch_bounds__(kWarps* kGroups* kKGroups * 32, kPerSm) f16_kernel(F16Args a) {
+__global__ void __launch_bounds__(staged_threads(kGroups, kKGroups), kPerSm) f16_kernel(F16Args a) {
     staged_block<F16Product, W, kNb, kGroups, kKGroups, kStages>(a);
 }
 
@@ -188,7 +188,7 @@ void launch_f16(const F16Args& a, int splits, Stream s) {
                   kPerSm = blocks_per_sm(kStages * F16Stage<W>::bytes(kCols));
     static_assert(kStages >= 2, "two stages of 64 columns must fit in shared memory");
     launch_staged_block<f16_kernel<W, kNb, kGroups, kKGroups, kStages, kPerSm>, F16Stage<W>, kCols,
-                        kWarps * kGroups * kKGroups * 32, kStages>("mma f16 kernel", a, splits, s);
+                        staged_threads(kGroups, kKGroups), kStages>("mma f16 kernel", a, splits, s);
 }
 
 }  // namespace
