@@ -93,6 +93,9 @@ void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats)
     MINFER_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
+// Products wider than the matrix-vector and tensor-core kernels take: the weights dequantized to half (f32
+// for F32 weights) and one cuBLAS GEMM. Weights that are exact in half (F16, BF16) get their activations
+// split into two halves, hi and lo, so that the product keeps f32 accuracy.
 void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations) {
     const float one = 1.0f, zero = 0.0f;
     const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
@@ -115,18 +118,14 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
     }
 }
 
-// Matrix-vector kernels for up to kMaxMatvecTokens rows; cuBLAS on half tiles beyond. Weights that are
-// exact in half (F16, BF16) get activations split into two halves, so the product keeps f32 accuracy.
 // Which tensor-core product takes nt columns of w. The int8 one: every width in the invariant mode, 2 to
 // mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for matrices of
 // at least kMmaWideDims rows and columns that the f16 one cannot take. The f16 one: wider products of
-// those matrices up to mma_f16_tokens columns, never in the invariant mode. Measured on the H200
-// (PERF-NOTES-GPU-BATCHED, sessions 16-17, 21-22): at 32 columns the int8 staged kernel beat
-// dequantization + cuBLAS on 7B's matrices (S_TG B=32 3,157 against 2,578 tok/s) and lost on 0.5B's
-// (9,958 against 11,335). The f16 kernel, each weight dequantized once, beats the int8 one on 7B's
-// matrices from 24 columns (7B B=24 2,884 -> 3,018, B=32 3,340 -> 3,764; equal at 16), and cuBLAS up to 64
-// columns (B=48 3,925 against 3,580, B=64 4,686 against 4,584 before that change); it loses beyond (B=128
-// 5,405 against 7,121) and on 0.5B's (B=64 15,502 against 17,175).
+// those matrices up to mma_f16_tokens columns, never in the invariant mode. The bounds are where each
+// kernel stopped beating the next on the H200 (PERF-NOTES-GPU-BATCHED.md, sessions 16-17 and 21-22):
+// the int8 kernel beats dequantization + cuBLAS on 7B's matrices at 32 columns but not on 0.5B's; the
+// f16 kernel, each weight dequantized once, beats the int8 one on 7B's matrices from 24 columns and
+// cuBLAS up to 64, and loses beyond and on 0.5B's.
 CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt) const {
     constexpr int64_t kMmaWideDims = 2048;
     if (!cuda::mma_fits(w)) return Mma::None;

@@ -116,8 +116,8 @@ struct CudaBackend::Impl {
     bool replay = opt.graphs;
     bool capturable = false;  // the graph's segments may be captured (no kernel reads host data)
     // Products of at least this many tokens run as dequantization + cuBLAS GEMM, fewer as matrix-vector
-    // kernels. A paged (batched) graph takes the GEMM from 2 tokens: the matrix-vector kernels' f32 path
-    // for 2..8 tokens measured 7x slower than one GEMM (H200, Qwen2.5-7B Q4_K_M, B = 8: 262 tok/s S_TG).
+    // kernels. A paged (batched) graph takes the GEMM from 2 tokens: there the matrix-vector kernels' f32
+    // path for 2..8 tokens gave about a third of the GEMM's throughput at B = 8 (PERF-NOTES-GPU-BATCHED.md).
     int64_t gemm_tokens = cuda::kMaxMatvecTokens + 1;
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
@@ -132,9 +132,8 @@ struct CudaBackend::Impl {
     bool profile = opt.profile;
     // Prefill attention as the query-tiled kernel (cuda::attention_prefill), or with
     // opt.gemm_attention as cuBLAS products around a score matrix (attention_gemm), which needs
-    // n_head * tokens * n_ctx floats of scratch. H200 pp512 (tok/s, gemm -> flash, same call): 0.5B
-    // Q4_K_M 96,556 -> 109,946, at depth 3584 37,298 -> 48,566; 7B Q4_K_M 20,630 -> 21,332, at depth
-    // 3584 10,590 -> 10,395.
+    // n_head * tokens * n_ctx floats of scratch. The kernel is the default: faster on the 0.5B at every
+    // depth, level with cuBLAS on the 7B (PERF-NOTES-GPU.md, eleventh session).
     bool gemm_attention = opt.gemm_attention;
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};

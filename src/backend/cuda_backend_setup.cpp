@@ -4,27 +4,18 @@
 
 namespace minfer {
 
-// Fewest rows of a matrix uploaded tiled: only output heads (vocabulary rows). By measurement
-// (bench_cuda_matvec, block layout -> tiled, us, same call): 7b.lm_head 132.9 -> 108.5, but 7b.gate_up
-// (18944 rows each) 34.0 -> 35.5, 7b.o 5.7 -> 6.9, 7b.qkv 8.5 -> 10.2, 0.5b.down 3.9 -> 5.3, since the
-// block-layout kernels' layouts were chosen by measurement; 7B Q4_K_M tg128 390.7 -> 397.1-398.5 tok/s
-// with its FFN in the block layout.
+// Fewest rows of a matrix uploaded tiled: only output heads (vocabulary rows). The tiled kernels win on
+// the lm_head alone; on every layer matrix, the FFN's included, the block-layout kernels (their layouts
+// chosen by measurement) are faster, and so is the 7B with its FFN in the block layout
+// (PERF-NOTES-GPU.md, tenth session).
 constexpr int64_t kTiledMinRows = 65536;
 
 // Which Q4_K / padded Q6_K matrices that fit take one token's x as int8 (dp4a, QMatrix::xq). The FFN's
 // gate and up go through matvec_swiglu, whose thread blocks each quantize x as they stage it; every other
-// product reads x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). By measurement
-// (bench_cuda_matvec, us, same call), f32 -> int8 staged / once -> int8x2 staged / once:
-// - 7b.gate_up Q4_K 33.2 -> 26.9 / - -> 32.0 / -; 7b.qkv 8.4 -> 7.0 / 8.1 -> 9.7 / 8.5;
-// - 7b.o 5.7 -> 6.7 / 7.6 -> 6.8 / 6.2; 7b.down 20.1 -> 28.1 / 20.1 -> 33.1 / 21.2;
-// - 7b.lm_head 131.3 (109.0 tiled) -> 94.5 / 107.6 -> 115.5 / 115.2;
-// - Q6_K (padded f32): 7b.down 29.7 -> 35.3 / 25.8 -> 37.9 / 27.4, 7b.lm_head 151.8 -> 137.4 / 134.4 ->
-//   143.4 / 142.1.
-// Every such matrix takes it, in either format: in the model that beat the per-matrix choice these cold,
-// one-kernel numbers suggest (the cause is not measured). H200 tg128 (ab.sh, f32 -> int8 / int8x2):
-// 7B Q4_K_M 401 -> 479-483 / 433, 1.5B 931 -> 1,026-1,041 / 921, 0.5B 1,728 -> 1,790-1,811 / 1,794.
-// Taking int8x2 only where it won alone (Q6_K, and the FFN's gate and up) measured slower in the model:
-// 7B 423, 1.5B 909, 0.5B 1,742.
+// product reads x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). Every such
+// matrix takes it, in either format: in the model that beat the per-matrix choice that cold, one-kernel
+// timings suggest (taking int8x2 only where it won alone measured slower; the cause is not measured).
+// The tables: PERF-NOTES-GPU.md, eleventh session.
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
