@@ -137,7 +137,7 @@ void check_consistency(const GgufFile& f, const Hparams& hp) {
                     " but the file has tensors of layer blk." + std::to_string(max_layer));
 }
 
-LayerWeights read_layer(const WeightReader& r, const Hparams& hp, int il) {
+LayerWeights read_layer(const WeightReader& r, const Hparams& hp, const ArchInfo& arch, int il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     const int64_t d = hp.n_embd, dq = hp.n_q_embd(), dkv = hp.n_kv_embd();
     LayerWeights l;
@@ -149,9 +149,8 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, int il) {
     l.bq = r.vec(p + "attn_q.bias", dq, false);
     l.bk = r.vec(p + "attn_k.bias", dkv, false);
     l.bv = r.vec(p + "attn_v.bias", dkv, false);
-    const bool qk_norm = hp.arch == "qwen3";
-    l.q_norm = r.vec(p + "attn_q_norm.weight", hp.head_dim, qk_norm);
-    l.k_norm = r.vec(p + "attn_k_norm.weight", hp.head_dim, qk_norm);
+    l.q_norm = r.vec(p + "attn_q_norm.weight", hp.head_dim, arch.qk_norm);
+    l.k_norm = r.vec(p + "attn_k_norm.weight", hp.head_dim, arch.qk_norm);
     l.ffn_norm = r.vec(p + "ffn_norm.weight", d);
     l.ffn_gate = r.get(p + "ffn_gate.weight", d, hp.n_ff);
     l.ffn_up = r.get(p + "ffn_up.weight", d, hp.n_ff);
@@ -190,7 +189,7 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
     m->output_norm = r.vec("output_norm.weight", m->hp.n_embd);
     m->output = r.get("output.weight", m->hp.n_embd, m->hp.n_vocab, false);
     if (!m->output.present()) m->output = m->tok_embd;  // tied embeddings
-    for (int il = 0; il < m->hp.n_layer; ++il) m->layers.push_back(read_layer(r, m->hp, il));
+    for (int il = 0; il < m->hp.n_layer; ++il) m->layers.push_back(read_layer(r, m->hp, *arch, il));
     return m;
 }
 

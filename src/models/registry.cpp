@@ -4,9 +4,9 @@ namespace minfer {
 
 namespace {
 constexpr ArchInfo kArchs[] = {
-    {"qwen2", build_qwen2, RopeStyle::Neox},
-    {"qwen3", build_qwen3, RopeStyle::Neox},
-    {"llama", build_llama, RopeStyle::Normal},
+    {"qwen2", build_qwen2, RopeStyle::Neox, true, false},
+    {"qwen3", build_qwen3, RopeStyle::Neox, false, true},
+    {"llama", build_llama, RopeStyle::Normal, false, false},
 };
 }  // namespace
 

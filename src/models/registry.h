@@ -7,10 +7,15 @@
 
 namespace minfer {
 
+// An architecture's facts: its graph builder, how RoPE pairs the dimensions, and which optional tensors
+// its layers hold (minfer-synth writes them; the loader requires the Q/K norms, the biases it takes when
+// present).
 struct ArchInfo {
     const char* name;
     GraphBuildFn build;
     RopeStyle rope_style;
+    bool qkv_bias;  // attn_{q,k,v}.bias (Qwen2)
+    bool qk_norm;   // attn_{q,k}_norm.weight, per-head RMSNorm of Q and K (Qwen3)
 };
 
 // nullptr when `arch` is unknown.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf/gguf_writer.h"
+#include "models/registry.h"
 #include "quant/quants.h"
 #include "util/error.h"
 
@@ -105,6 +106,10 @@ bool use_more_bits(int il, int n) {
 }
 
 void write_synth_model(const SynthSpec& s, const std::string& path) {
+    // An architecture minfer does not know gets only the tensors every one has (files for the tests of
+    // unsupported models).
+    const ArchInfo* arch = find_arch(s.arch);
+    const bool qkv_bias = arch && arch->qkv_bias, qk_norm = arch && arch->qk_norm;
     SynthWriter sw(s);
     write_hparams(sw.writer(), s);
     const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
@@ -119,12 +124,12 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
         sw.matrix(p + "attn_k.weight", d, dkv);
         sw.matrix(p + "attn_v.weight", d, dkv, more_bits);
         sw.matrix(p + "attn_output.weight", dq, d);
-        if (s.arch == "qwen2") {
+        if (qkv_bias) {
             sw.vector(p + "attn_q.bias", dq, 0.0, 0.1);
             sw.vector(p + "attn_k.bias", dkv, 0.0, 0.1);
             sw.vector(p + "attn_v.bias", dkv, 0.0, 0.1);
         }
-        if (s.arch == "qwen3") {
+        if (qk_norm) {
             sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.0, 0.1);
             sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
         }
