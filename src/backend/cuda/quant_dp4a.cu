@@ -358,9 +358,14 @@ Dp4aArgs args(const QMatrix& w, const void* w2, const float* x, float* y) {
             0};
 }
 
+// Two rows a warp, but four (two gate/up pairs) for Q4_K gate/up against int8x2 x: that kernel alone
+// holds them without spilling, and it measured 7B single-stream 428.5/429.0 -> 432.7/433.8 tok/s on the
+// H200 (PERF-NOTES-GPU.md, twenty-third session); four rows spill in the other variants.
 template <bool kSwiglu, bool kStaged>
 void launch_type(const QMatrix& w, const Dp4aArgs& a, Stream s) {
     const bool two = w.xq == XQuant::kInt8x2;
+    if constexpr (kSwiglu)
+        if (two && w.type == GgmlType::Q4_K) return launch_dp4a<Q4K, 2, 4, kSwiglu, kStaged>(a, s);
     if (w.type == GgmlType::Q4_K)
         return two ? launch_dp4a<Q4K, 2, 2, kSwiglu, kStaged>(a, s)
                    : launch_dp4a<Q4K, 1, 2, kSwiglu, kStaged>(a, s);
