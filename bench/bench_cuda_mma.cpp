@@ -69,19 +69,25 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
             const cuda::QMatrix w0{sh.type, mats[0], sh.n_in, sh.n_out, false, pad};
             float *x, *y, *scratch;
             void* xq;
+            unsigned* tickets;
             std::vector<float> hx(size_t(nt * sh.n_in));
             std::normal_distribution<float> dist(0.0f, 1.0f);
             for (float& v : hx) v = dist(rng);
             check(cudaMalloc(&x, hx.size() * 4));
             check(cudaMalloc(&y, size_t(nt * sh.n_out) * 4));
-            check(cudaMalloc(&scratch, std::max<size_t>(cuda::mma_scratch_floats(w0, nt), 1) * 4));
+            const size_t floats =
+                f16 ? cuda::mma_f16_scratch_floats(w0, nt) : cuda::mma_scratch_floats(w0, nt);
+            check(cudaMalloc(&scratch, std::max<size_t>(floats, 1) * 4));
+            const size_t n_tickets = f16 ? cuda::mma_f16_tickets(w0, nt) : 1;
+            check(cudaMalloc(&tickets, n_tickets * sizeof(unsigned)));
+            check(cudaMemset(tickets, 0, n_tickets * sizeof(unsigned)));
             check(cudaMalloc(&xq, std::max(cuda::mma_x_bytes(sh.n_in, nt), size_t(nt * sh.n_in) * 2)));
             check(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
             const auto call = [&](int i) {
                 const cuda::QMatrix w{sh.type, mats[size_t(i % copies)], sh.n_in, sh.n_out, false, pad};
                 if (f16) {
                     cuda::split_f16(x, xq, nullptr, nt * sh.n_in, s);
-                    return cuda::matmul_mma_f16(w, xq, nt, y, nullptr, nullptr, scratch, s);
+                    return cuda::matmul_mma_f16(w, xq, nt, y, nullptr, nullptr, scratch, tickets, s);
                 }
                 cuda::quantize_x_mma(x, sh.n_in, nt, xq, s);
                 cuda::matmul_mma(w, xq, nt, y, nullptr, nullptr, scratch, s, kernel);
@@ -91,7 +97,7 @@ void bench(const Shape& sh, const std::vector<int64_t>& cols, int iters, cudaStr
             const double outs = double(sh.n_out) * double(nt) * double(sh.n_in / 32) / (us * 1e-6);
             std::printf("| %-12s | %-4s | %-6s | %4lld | %8.2f | %6.0f | %7.1f |\n", sh.name,
                         quant_traits(sh.type)->name, kname, (long long)nt, us, gbs, outs / 1e9);
-            cudaFree(x), cudaFree(y), cudaFree(scratch), cudaFree(xq);
+            cudaFree(x), cudaFree(y), cudaFree(scratch), cudaFree(xq), cudaFree(tickets);
         }
     for (auto& m : mats) cudaFree(m);
 }

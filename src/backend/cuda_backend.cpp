@@ -145,7 +145,8 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
             return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
         case Mma::F16:
             cuda::split_f16(x, mma_x.ptr, nullptr, nt * w.n_in, stream);
-            return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
+            return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(),
+                                        mma_tickets.as<unsigned>(), stream);
         case Mma::None:
             break;
     }

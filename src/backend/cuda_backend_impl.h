@@ -100,6 +100,7 @@ struct CudaBackend::Impl {
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
     DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
+    DeviceBuffer mma_tickets;      // cuda::matmul_mma_f16's counters, zero between its launches
     DeviceBuffer gather;           // NCCL's rank-major all-gather result before cuda::interleave_ranks
     float* pinned = nullptr;       // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;

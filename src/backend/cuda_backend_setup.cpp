@@ -135,13 +135,15 @@ bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
 // products' quantized x and partial sums.
 bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
-    size_t mma_bytes = 0, mma_floats = 0, gather_floats = 0;
+    size_t mma_bytes = 0, mma_floats = 0, mma_tickets_n = 0, gather_floats = 0;
     const auto need_mma = [&](const QMatrix& w, int64_t nt) {
         const Mma path = mma_path(w, nt);
         if (path == Mma::None) return false;
-        mma_bytes =
-            std::max(mma_bytes, path == Mma::F16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
-        mma_floats = std::max(mma_floats, cuda::mma_scratch_floats(w, nt));
+        const bool f16 = path == Mma::F16;
+        mma_bytes = std::max(mma_bytes, f16 ? size_t(nt * w.n_in) * 2 : cuda::mma_x_bytes(w.n_in, nt));
+        mma_floats =
+            std::max(mma_floats, f16 ? cuda::mma_f16_scratch_floats(w, nt) : cuda::mma_scratch_floats(w, nt));
+        if (f16) mma_tickets_n = std::max(mma_tickets_n, cuda::mma_f16_tickets(w, nt));
         return true;
     };
     for (const CNode& n : g.nodes) {
@@ -174,6 +176,10 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     moved |= gemm_x.reserve(x_halves * 2);
     moved |= mma_x.reserve(mma_bytes);
     moved |= mma_part.reserve(mma_floats * sizeof(float));
+    if (mma_tickets.reserve(mma_tickets_n * sizeof(unsigned))) {
+        MINFER_CUDA_CHECK(cudaMemsetAsync(mma_tickets.ptr, 0, mma_tickets.bytes, stream));  // launches keep 0
+        moved = true;
+    }
     moved |= gather.reserve(gather_floats * sizeof(float));
     return moved;
 }

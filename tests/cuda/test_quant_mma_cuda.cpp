@@ -20,6 +20,7 @@
 #include "backend/cuda/quant_mma_f16.h"
 #include "cuda/cuda_test_util.h"
 #include "cuda/quant_ref_util.h"
+#include "quant/quants_impl.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -208,11 +209,12 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaMma, ::testing::ValuesIn(kTypes), type_name)
 std::vector<float> run_mma_f16(const QMatrix& w, const DeviceBuffer<float>& x, int64_t nt, const float* bias,
                                const float* res) {
     DeviceBuffer<uint16_t> x16(size_t(nt * w.n_in));
-    DeviceBuffer<float> scratch(std::max<size_t>(cuda::mma_scratch_floats(w, nt), 1));
+    DeviceBuffer<float> scratch(cuda::mma_f16_scratch_floats(w, nt));
+    DeviceBuffer<unsigned> tickets(std::vector<unsigned>(cuda::mma_f16_tickets(w, nt), 0u));
     DeviceBuffer<float> y(size_t(nt * w.n_out));
     TestStream s;
     cuda::split_f16(x.get(), x16.get(), nullptr, nt * w.n_in, s.get());
-    cuda::matmul_mma_f16(w, x16.get(), nt, y.get(), bias, res, scratch.get(), s.get());
+    cuda::matmul_mma_f16(w, x16.get(), nt, y.get(), bias, res, scratch.get(), tickets.get(), s.get());
     s.sync();
     return y.download();
 }
@@ -222,8 +224,48 @@ std::vector<float> rounded_to_half(std::vector<float> v) {
     return v;
 }
 
+// v rounded to the nearest half, ties to even, from double in one step (no overflow at these magnitudes).
+double half_of(double v) {
+    if (v == 0.0) return v;
+    int e = 0;
+    std::frexp(v, &e);  // |v| in [2^(e-1), 2^e): 11 significant bits, or the subnormals' step 2^-24
+    const double step = std::ldexp(1.0, std::max(e - 11, -24));
+    return std::nearbyint(v / step) * step;
+}
+
+// The halves the f16 product multiplies (quant_mma_f16.cu's dequant2): per 32-element block (Q6_K: per
+// 16) the scale ws and minimum wm as f32, rounded to half; then level * ws - wm, exact in double, rounded
+// to half once (HFMA2). The 32-element formats' scale is their block's half d and their minimum is zero,
+// so their halves are to_float_ref's values rounded to half.
+std::vector<float> f16_kernel_halves(const HostMatrix& w) {
+    if (w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K) return rounded_to_half(w.values);
+    const auto h = [](float f) { return double(fp16_to_f32(f32_to_fp16(f))); };
+    std::vector<float> out(w.values.size());
+    for (size_t b = 0; b < out.size() / 256; ++b)
+        for (int e = 0; e < 256; ++e) {
+            double level = 0.0, ws = 0.0, wm = 0.0;
+            if (w.type == GgmlType::Q4_K) {
+                const auto& k = reinterpret_cast<const quants::BlockQ4K*>(w.bytes.data())[b];
+                const int j = e / 32;
+                int sc = 0, m = 0;
+                quants::k_scale_min(k.scales, j, &sc, &m);
+                ws = h(fp16_to_f32(k.d) * float(sc)), wm = h(fp16_to_f32(k.dmin) * float(m));
+                level = (k.qs[32 * (j / 2) + e % 32] >> (4 * (j % 2))) & 0xF;
+            } else {
+                const auto& k = reinterpret_cast<const quants::BlockQ6K*>(w.bytes.data())[b];
+                const int half = e / 128, g = e % 128 / 32, l = e % 32;
+                const int lo = (k.ql[64 * half + l + 32 * (g % 2)] >> (4 * (g / 2))) & 0xF;
+                const int hi = (k.qh[32 * half + l] >> (2 * g)) & 3;
+                ws = h(fp16_to_f32(k.d) * float(k.scales[e / 16]));
+                level = double(lo | hi << 4) - 32.0;
+            }
+            out[256 * b + size_t(e)] = float(half_of(level * ws - wm));
+        }
+    return out;
+}
+
 // Rounding budget of the f16 product against the double product of the same halves (each weight as
-// dequant_f16 rounds it, x as split_f16 does): every product of two halves is exact in f32, so the error
+// f16_kernel_halves gives it, x as split_f16 does): every product of two halves is exact in f32, so the error
 // is the f32 accumulation alone, one rounding per k16 step of the row (n_in / 16) plus the split partial
 // sums and the bias and residual; with random-sign roundings it stays far inside
 // 2e-5 * (sum |w x| + |bias| + |res|) + 1e-6 at n_in = 18944. A wrong lane, level, scale or split gives
@@ -242,7 +284,7 @@ TEST_P(CudaMmaF16, MatmulMatchesReference) {
             HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
             const DeviceMatrix dw(w, GetParam().padded);
             ASSERT_TRUE(cuda::mma_f16_fits(dw.qm));
-            w.values = rounded_to_half(w.values);
+            w.values = f16_kernel_halves(w);
             for (const int64_t nt : {1, 33, 64, 70, 130}) {
                 if (n_in * n_out * nt > (int64_t(1) << 29)) continue;
                 const std::vector<float> x = gaussian(rng, nt * n_in);
@@ -289,6 +331,37 @@ TEST_P(CudaMmaF16, ColumnsAreBatchInvariant) {
         const std::vector<float> part = run_mma_f16(dw.qm, dxs, 33, dbias.get(), drs.get());
         ASSERT_EQ(std::memcmp(part.data(), all.data() + off * n_out, part.size() * sizeof(float)), 0)
             << "columns " << off << ".." << off + 32 << " in a batch of 33 differ from the batch of " << nt;
+    }
+}
+
+// The stream-K division with rows cut between ranges (the first matrix of 1024-element rows that this
+// device divides so): against the reference, and a column's bits alone equal to them in a batch of 9.
+TEST_P(CudaMmaF16, CutRowsMatchReferenceAndAreBatchInvariant) {
+    MINFER_SKIP_WITHOUT_GPU();
+    const int64_t n_in = 1024;
+    int64_t n_out = 0;
+    for (int64_t rows = 128; rows <= 128 * 1024 && n_out == 0; rows += 128)
+        if (cuda::mma_f16_division(QMatrix{GetParam().type, nullptr, n_in, rows}).cut_rows) n_out = rows;
+    ASSERT_GT(n_out, 0) << "no matrix of 1024-element rows takes stream-K with cut rows";
+    std::mt19937 rng(99);
+    HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
+    const DeviceMatrix dw(w, GetParam().padded);
+    w.values = f16_kernel_halves(w);
+    const int64_t nt = 9;
+    const std::vector<float> x = gaussian(rng, nt * n_in), res = gaussian(rng, nt * n_out);
+    const std::vector<float> bias = gaussian(rng, n_out);
+    DeviceBuffer<float> dx(x), dbias(bias), dres(res);
+    const std::vector<float> y = run_mma_f16(dw.qm, dx, nt, dbias.get(), dres.get());
+    double worst = 0.0;
+    expect_near_reference(y, reference_dots(w, rounded_to_half(x), nt), size_t(n_out), &bias, &res,
+                          kF16RelBudget, std::to_string(n_out) + " rows", worst);
+    std::printf("[ budget   ] %lld rows: worst error / budget %.4f\n", (long long)n_out, worst);
+    for (int64_t c = 0; c < nt; c += 4) {
+        DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
+        DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
+        const std::vector<float> alone = run_mma_f16(dw.qm, dxc, 1, dbias.get(), drc.get());
+        ASSERT_EQ(std::memcmp(alone.data(), y.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
+            << "column " << c << " alone differs from the batch of " << nt;
     }
 }
 
@@ -356,7 +429,8 @@ TEST(CudaMmaApi, FitsAndRefusals) {
     EXPECT_FALSE(cuda::mma_f16_fits(q6k_raw));
     EXPECT_FALSE(cuda::mma_f16_fits(q8_three_blocks));
     EXPECT_FALSE(cuda::mma_f16_fits(q5k));
-    EXPECT_THROW(cuda::matmul_mma_f16(q5k, nullptr, 40, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+    EXPECT_THROW(cuda::matmul_mma_f16(q5k, nullptr, 40, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                 Error);
 }
 
 }  // namespace

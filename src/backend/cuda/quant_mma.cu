@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaArgs a) {
 #pragma unroll
         for (int j = 0; j < W::kSub; ++j) block_step<W, kNb>(a, rows, hd, b, j, c0, acc);
     }
-    store_tiles<kNb>(a, r0, c0, acc);
+    store_tiles<kNb>(a, a.part, r0, c0, acc);
 }
 
 // The staged kernel: a thread block's weights and x for one stage (256 elements of each row for the

@@ -176,9 +176,11 @@ void with_format(GgmlType t, const F& f) {
     }
 }
 
-// A warp's outputs: rows r0.., columns c0.. (split z's partial sums when split).
+// A warp's outputs: rows r0.., columns c0.., into y (+ bias) (+ res), or split z's partial sums into
+// part ([splits][nt][n_out]) when part is not null.
 template <int kNb, class Args>
-__device__ __forceinline__ void store_tiles(const Args& a, int r0, int c0, const float (&acc)[kMt][kNb][4]) {
+__device__ __forceinline__ void store_tiles(const Args& a, float* part, int r0, int c0,
+                                            const float (&acc)[kMt][kNb][4]) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int m = 0; m < kMt; ++m)
@@ -189,8 +191,8 @@ __device__ __forceinline__ void store_tiles(const Args& a, int r0, int c0, const
                 const int r = r0 + 16 * m + 8 * (e / 2) + g, c = c0 + 8 * n + 2 * t + e % 2;
                 if (r >= a.n_out || c >= a.nt) continue;
                 const int64_t i = int64_t(c) * a.n_out + r;
-                if (a.part) {
-                    a.part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
+                if (part) {
+                    part[int64_t(blockIdx.z) * a.nt * a.n_out + i] = acc[m][n][e];
                     continue;
                 }
                 float v = acc[m][n][e];
@@ -342,7 +344,7 @@ __device__ __forceinline__ void staged_block(const Args& a) {
             P::template math<W, kNb, kCols, kKGroups>(p, p + S::kWBytes, rw, cb, cols, kg, acc);
         });
     if constexpr (kKGroups > 1) sum_k_groups<kNb, kKGroups, kPerGroup>(smem, kg, acc);
-    if (kg == 0 && cb < cols) store_tiles<kNb>(a, rb + rw * kMt * 16, c0 + cb, acc);
+    if (kg == 0 && cb < cols) store_tiles<kNb>(a, a.part, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
 // Launches kKernel, a staged_block kernel of kThreads threads and kStages stages of S over tiles of

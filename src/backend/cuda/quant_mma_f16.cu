@@ -2,17 +2,20 @@
 // m16n8k16, f16 x f16 -> f32). Thread blocks of 128 rows, shared-memory stages and splits are the int8
 // kernel's (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step and the warps' tiles.
 // Lane (g, t) reads the levels of elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the
-// format's levels()), dequantizes them to half as dequant_f16 does (fmaf(ws, level, -wm) in f32, rounded
-// to nearest), and takes the same elements of column g's x as one 16-byte load: two m16n8k16 products per
-// block, the first on elements 8t..8t+3, the second on 8t+4..8t+7 (A and B share the assignment of
-// elements to k, so any one works). Each warp covers all 64 columns of a tile, so each weight is
-// dequantized once (the f32 to half conversions are most of the instructions); two k groups of four
-// warps take the first and second half of every stage's blocks, each summing its blocks in row order,
-// and their sums are added at the end (group 0's plus group 1's), whatever the column count.
+// format's levels()), dequantizes them in half arithmetic (dequant2: the block's scale and minimum
+// rounded to half, level * ws - wm rounded once), and takes the same elements of column g's x as one
+// 16-byte load: two m16n8k16 products per block, the first on elements 8t..8t+3, the second on
+// 8t+4..8t+7 (A and B share the assignment of elements to k, so any one works). Each warp covers all 64
+// columns of a tile, so each weight is dequantized once (the conversions to half are most of the
+// instructions); two k groups of four warps take the first and second half of every stage's blocks,
+// each summing its blocks in row order, and their sums are added at the end (group 0's plus group 1's),
+// whatever the column count.
 //
-// Measured on the H200 at 64 columns against column groups of 32 (each weight dequantized twice):
-// 7b.gate 88.6 -> 76.9 us, 7b.down 72.3 -> 59.1, 7b.lm_head (Q6_K) 612 -> 507. Taking the m16 tiles one
-// after the other (fewer registers, x loaded twice) or one thread block an SM measured slower.
+// Half arithmetic takes three instructions per two weights where the f32 route took seven (PRMT, FADD
+// and FFMA for each weight, then a pack): at 64 columns on the H200, 7b.gate 77.1 -> 70.1 us and 7b.down
+// 59.3 -> 52.6, and 7B S_TG +6-10% at B = 24-64 (bench/PERF-NOTES-GPU-BATCHED.md, twenty-fourth
+// session). Taking the m16 tiles one after the other (fewer registers, x loaded twice) or one thread
+// block an SM measured slower.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -36,13 +39,17 @@ struct F16Args {
     int64_t row_bytes;
     int n_out, nt, nt8;
     int nb;           // weight blocks per row
-    int per_split;    // weight blocks of one split (grid z)
+    int per_split;    // rows split evenly: weight blocks of one split (grid z)
+    int stages;       // stream-K: shared-memory stages of a row,
+    int row_blocks;   // thread-block rows (kBlockRows each),
+    int per_block;    // and stages of each thread block's range (grid y), the last one's may be fewer
     const __half* x;  // [nt][n_in]
     int64_t n_in;
     float* y;
     const float* bias;
     const float* res;
-    float* part;  // [splits][nt][n_out], or null when unsplit
+    float* part;        // split: [splits][nt][n_out], or null when unsplit; stream-K: the pieces
+    unsigned* tickets;  // stream-K: [row blocks][column tiles], zero between launches
 };
 
 // A stage: the weights (WeightStage), then x's columns [kCols][kXStride] as halves of the stage's
@@ -71,13 +78,16 @@ __device__ __forceinline__ void stage_x16(const F16Args& a, int c0, int cols, in
 }
 
 // Levels i and i + 1 of the four in `lv` (unsigned bytes, or signed ones when kSigned) as the half pair
-// {half(fmaf(ws, level, -wm))}: the conversion by byte_minus is exact, so the halves are dequant_f16's.
+// {half(level * ws - wm)}, in half arithmetic: one PRMT makes each byte u the mantissa of the half
+// 1024 + u, one HSUB2 takes away 1024 (and the sign offset) exactly, and one HFMA2 applies the row's
+// scale and minimum, rounded to half (ws2, nwm2: {ws, ws} and {-wm, -wm} as halves), once.
 template <bool kSigned>
-__device__ __forceinline__ uint32_t dequant2(uint32_t lv, int i, float ws, float wm) {
+__device__ __forceinline__ uint32_t dequant2(uint32_t lv, int i, __half2 ws2, __half2 nwm2) {
     const uint32_t u = kSigned ? lv ^ 0x80808080u : lv;
-    const float bias = kSigned ? 128.0f : 0.0f;
-    const __half2 h = __floats2half2_rn(__fmaf_rn(ws, qblocks::byte_minus(u, i, bias), -wm),
-                                        __fmaf_rn(ws, qblocks::byte_minus(u, i + 1, bias), -wm));
+    const uint32_t biased = __byte_perm(u, 0x64646464u, 0x4040u | uint32_t(i + 1) << 8 | uint32_t(i));
+    const __half2 offset = __float2half2_rn(kSigned ? 1152.0f : 1024.0f);
+    const __half2 level = __hsub2(*reinterpret_cast<const __half2*>(&biased), offset);
+    const __half2 h = __hfma2(level, ws2, nwm2);
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
@@ -95,12 +105,14 @@ __device__ __forceinline__ void dequant_tile(const uint32_t (&lv)[4], const floa
                                              const float (&wm)[2], uint32_t (&a)[2][4]) {
     constexpr bool kSigned = !W::kMin;
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
+    for (int h = 0; h < 2; ++h) {  // h: row g, row g + 8
+        const __half2 ws2 = __float2half2_rn(ws[h]), nwm2 = __float2half2_rn(-wm[h]);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {  // h: row g, row g + 8
-            a[q][h] = dequant2<kSigned>(lv[2 * q + h], 0, ws[h], wm[h]);
-            a[q][2 + h] = dequant2<kSigned>(lv[2 * q + h], 2, ws[h], wm[h]);
+        for (int q = 0; q < 2; ++q) {
+            a[q][h] = dequant2<kSigned>(lv[2 * q + h], 0, ws2, nwm2);
+            a[q][2 + h] = dequant2<kSigned>(lv[2 * q + h], 2, ws2, nwm2);
         }
+    }
 }
 
 // Blocks kJ0..kJ1 - 1 of a stage's 32-element blocks: the warp's two m16 tiles (row group rw) by its
@@ -149,8 +161,8 @@ __device__ __forceinline__ void stage_math16(const uint8_t* wst, const uint8_t* 
     }
 }
 
-// The f16 product's parts for staged_block. With two k groups, group kg takes half kg of each stage's
-// blocks.
+// The f16 product's parts for staged_block (the split kernel; f16_block takes its math). With two k
+// groups, group kg takes half kg of each stage's blocks.
 struct F16Product {
     template <class W>
     using Stage = F16Stage<W>;
@@ -173,22 +185,149 @@ struct F16Product {
     }
 };
 
-// Grid: x column tiles of 8 kNb kGroups, y row blocks, z splits (staged_block, as the int8 staged kernel).
-template <class W, int kNb, int kGroups, int kKGroups, int kStages, int kPerSm>
-__global__ void __launch_bounds__(staged_threads(kGroups, kKGroups), kPerSm) f16_kernel(F16Args a) {
-    staged_block<F16Product, W, kNb, kGroups, kKGroups, kStages>(a);
+constexpr int kNb = 8, kKGroups = 2, kCols = 8 * kNb;  // tiles of 64 columns, two k groups of warps
+constexpr int kPerGroup = staged_threads(1, 1), kThreads = staged_threads(1, kKGroups);
+constexpr int kTileFloats = kMt * kNb * 4 * kPerGroup;  // a partial tile: every thread's accumulators
+
+// Where thread block `blk`'s partial tile of row block rb goes: slot 0 if rb is the first row block of
+// its range, else slot 1 (the last; rows in between are whole and need none).
+__device__ __forceinline__ float* piece_of(const F16Args& a, int tile, int blk, int rb) {
+    const int slot = rb == blk * a.per_block / a.stages ? 0 : 1;
+    return a.part + ((int64_t(tile) * gridDim.y + blk) * 2 + slot) * kTileFloats;
 }
 
-// Tiles of 64 columns: each warp takes all 64, so each weight is dequantized once, and two k groups of
-// four warps share each stage's blocks.
+// Row block rb's tile of accumulators, of stages k0..k0 + n: stored when they are the whole row, else
+// kept as a piece; the block that completes the row's last piece adds all of them in range order
+// (ranges first to last, whichever finished last) and stores the sum. Group 0's warps hold the tile.
+__device__ __forceinline__ void finish_row(const F16Args& a, int rb, int k0, int n, int kg,
+                                           float (&acc)[kMt][kNb][4]) {
+    const int tile = int(blockIdx.x), tid = int(threadIdx.x) % kPerGroup, warp = int(threadIdx.x / 32);
+    const int r0 = rb * kBlockRows + warp % kWarps * kMt * 16, c0 = tile * kCols;
+    float* v = &acc[0][0][0];
+    constexpr int kN = kMt * kNb * 4;
+    if (n < a.stages) {
+        if (kg == 0) {
+            float* mine = piece_of(a, tile, int(blockIdx.y), rb);
+#pragma unroll
+            for (int i = 0; i < kN; ++i) __stcg(mine + i * kPerGroup + tid, v[i]);
+        }
+        __threadfence();
+        __syncthreads();
+        __shared__ bool last;
+        const int first = rb * a.stages / a.per_block, last_blk = ((rb + 1) * a.stages - 1) / a.per_block;
+        unsigned* ticket = a.tickets + int64_t(rb) * gridDim.x + tile;
+        if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == unsigned(last_blk - first);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (threadIdx.x == 0) *ticket = 0;
+        if (kg != 0) return;
+        for (int blk = first; blk <= last_blk; ++blk) {
+            const float* p = piece_of(a, tile, blk, rb);
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+                const float piece = __ldcg(p + i * kPerGroup + tid);
+                v[i] = blk == first ? piece : v[i] + piece;
+            }
+        }
+    }
+    if (kg == 0) store_tiles<kNb>(a, nullptr, r0, c0, acc);
+}
+
+// A thread block's range of the product's stages: row blocks' stages in order, cut into equal ranges
+// (grid y) so that one wave of thread blocks covers the matrix whatever its row count (stream-K); grid x
+// is the column tiles. Each row of the range runs through the shared-memory stages as staged_block does
+// (two k groups summed in group order), then finish_row.
+template <class W, int kStages>
+__device__ __forceinline__ void f16_block(const F16Args& a) {
+    using S = F16Stage<W>;
+    constexpr int kStageBytes = S::bytes(kCols);
+    extern __shared__ __align__(16) uint8_t smem[];
+    release_next();
+    const int c0 = int(blockIdx.x) * kCols, cols = min(kCols, a.nt8 - c0);
+    const int warp = int(threadIdx.x / 32), rw = warp % kWarps, kg = warp / kWarps;
+    const int end = min(a.row_blocks * a.stages, (int(blockIdx.y) + 1) * a.per_block);
+    for (int u = int(blockIdx.y) * a.per_block; u < end;) {
+        const int rb = u / a.stages, k0 = u % a.stages, n = min(end - u, a.stages - k0);
+        float acc[kMt][kNb][4] = {};
+        run_stages<kStages, kStageBytes>(
+            smem, n, [&](int i, uint8_t* p) { stage_weights<W, kThreads>(a, rb * kBlockRows, k0 + i, p); },
+            [&](int i, uint8_t* p) { stage_x16<W, kThreads>(a, c0, cols, k0 + i, p + S::kWBytes); },
+            [&](const uint8_t* p) {
+                F16Product::math<W, kNb, kCols, kKGroups>(p, p + S::kWBytes, rw, 0, cols, kg, acc);
+            });
+        sum_k_groups<kNb, kKGroups, kPerGroup>(smem, kg, acc);
+        finish_row(a, rb, k0, n, kg, acc);
+        u += n;
+    }
+}
+
+// Grid: column tiles, ranges (f16_block).
+template <class W, int kStages, int kPerSm>
+__global__ void __launch_bounds__(kThreads, kPerSm) f16_streamk_kernel(F16Args a) {
+    f16_block<W, kStages>(a);
+}
+
+// Grid: column tiles, row blocks, splits (staged_block, as the int8 staged kernel).
+template <class W, int kStages, int kPerSm>
+__global__ void __launch_bounds__(kThreads, kPerSm) f16_split_kernel(F16Args a) {
+    staged_block<F16Product, W, kNb, 1, kKGroups, kStages>(a);
+}
+
 template <class W>
-void launch_f16(const F16Args& a, int splits, Stream s) {
-    constexpr int kNb = 8, kGroups = 1, kKGroups = 2, kCols = 8 * kNb * kGroups;
-    constexpr int kStages = F16Stage<W>::stages(kCols),
-                  kPerSm = blocks_per_sm(kStages * F16Stage<W>::bytes(kCols));
+constexpr int kF16Stages = F16Stage<W>::stages(kCols);
+template <class W>
+constexpr int kF16PerSm = blocks_per_sm(kF16Stages<W>* F16Stage<W>::bytes(kCols));
+
+// The stream-K ranges of a matrix's stages: one per thread block of a wave (kF16PerSm an SM), of
+// equal length.
+struct Ranges {
+    int stages, row_blocks, per_block, count;
+};
+
+template <class W>
+Ranges ranges_of(const QMatrix& w) {
+    const Layout l = layout_of(w.type);
+    const int stages = int(w.n_in / l.block_elems / l.stage_blocks);
+    const int row_blocks = int((w.n_out + kBlockRows - 1) / kBlockRows);
+    const int64_t units = int64_t(stages) * row_blocks, wave = int64_t(kF16PerSm<W>) * (gpu_warps() / 32);
+    const int per_block = int((units + wave - 1) / wave);
+    return {stages, row_blocks, per_block, int((units + per_block - 1) / per_block)};
+}
+
+Ranges ranges(const QMatrix& w) {
+    Ranges r{};
+    with_format(w.type, [&](auto fmt) { r = ranges_of<decltype(fmt)>(w); });
+    return r;
+}
+
+// Stream-K when its ranges cut each row into at most three pieces (a range is at least half a row),
+// else rows split evenly and the splits added by reduce_splits. On the H200 at 64 columns stream-K
+// took 7b.gate from 69.7 to 56.0 us (rows split in two gave 296 thread blocks, 1.12 waves), but with
+// 7 to 19 pieces a row, which one thread block adds, it was slower: 7b.down 52.9 -> 64.6, 7b.qkv
+// 20.0 -> 26.2, 0.5b.down 14.3 -> 29.2 (PERF-NOTES-GPU-BATCHED.md, twenty-fourth session).
+bool stream_k(const Ranges& r) {
+    return 2 * r.per_block >= r.stages;
+}
+
+int64_t column_tiles(int64_t nt) {
+    return (cols8(nt) + kCols - 1) / kCols;
+}
+
+template <class W>
+void launch_f16(const F16Args& a, const Ranges& r, int splits, Stream s) {
+    constexpr int kStages = kF16Stages<W>, kBytes = kStages * F16Stage<W>::bytes(kCols);
     static_assert(kStages >= 2, "two stages of 64 columns must fit in shared memory");
-    launch_staged_block<f16_kernel<W, kNb, kGroups, kKGroups, kStages, kPerSm>, F16Stage<W>, kCols,
-                        staged_threads(kGroups, kKGroups), kStages>("mma f16 kernel", a, splits, s);
+    static_assert(kTileFloats <= kBytes / 4, "the k groups' sums must fit where the stages were");
+    if (!stream_k(r))
+        return launch_staged_block<f16_split_kernel<W, kStages, kF16PerSm<W>>, F16Stage<W>, kCols, kThreads,
+                                   kStages>("mma f16 kernel", a, splits, s);
+    constexpr auto kernel = f16_streamk_kernel<W, kStages, kF16PerSm<W>>;
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    MINFER_CUDA_CHECK(opt_in);
+    const dim3 grid(unsigned(column_tiles(a.nt)), unsigned(r.count));
+    launch("mma f16 stream-K kernel", kernel, grid, dim3(kThreads), size_t(kBytes), s, a);
 }
 
 }  // namespace
@@ -199,16 +338,33 @@ bool mma_f16_fits(const QMatrix& w) {
     return w.n_in / l.block_elems % l.stage_blocks == 0;
 }
 
+MmaF16Division mma_f16_division(const QMatrix& w) {
+    const Ranges r = ranges(w);
+    return {stream_k(r), stream_k(r) && r.count > 1 && r.per_block % r.stages != 0};
+}
+
+size_t mma_f16_scratch_floats(const QMatrix& w, int64_t nt) {
+    const Ranges r = ranges(w);
+    if (stream_k(r)) return size_t(column_tiles(nt) * r.count) * 2 * kTileFloats;
+    return mma_scratch_floats(w, nt);
+}
+
+size_t mma_f16_tickets(const QMatrix& w, int64_t nt) {
+    const Ranges r = ranges(w);
+    return stream_k(r) ? size_t(column_tiles(nt) * r.row_blocks) : 0;
+}
+
 void matmul_mma_f16(const QMatrix& w, const void* x16, int64_t nt, float* y, const float* bias,
-                    const float* res, float* scratch, Stream s) {
-    if (!mma_f16_fits(w)) throw Error("CUDA matmul_mma_f16: matrix type or layout not supported");
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
-        throw Error("CUDA matmul_mma_f16: weights and x must be 16-byte aligned");
+                    const float* res, float* scratch, unsigned* tickets, Stream s) {
+    if (!mma_f16_fits(w)) throw Error("CUDA matmul_mma_f16: matrix rows are not whole stages");
     if (w.n_out == 0 || nt == 0) return;
+    const Ranges r = ranges(w);
+    const Split sp = split_of(w);
+    const bool sk = stream_k(r), reduce = !sk && sp.splits > 1;
+    if ((sk && (!scratch || !tickets)) || (reduce && !scratch))
+        throw Error("CUDA matmul_mma_f16: a cut product without scratch or tickets");
     const Layout l = layout_of(w.type);
     const int64_t nb = w.n_in / l.block_elems;
-    const Split sp = split_of(w);
-    if (sp.splits > 1 && !scratch) throw Error("CUDA matmul_mma_f16: split product without scratch");
     const F16Args a{static_cast<const uint8_t*>(w.data),
                     nb * l.block_bytes,
                     int(w.n_out),
@@ -216,14 +372,18 @@ void matmul_mma_f16(const QMatrix& w, const void* x16, int64_t nt, float* y, con
                     int(cols8(nt)),
                     int(nb),
                     sp.per_split,
+                    r.stages,
+                    r.row_blocks,
+                    r.per_block,
                     static_cast<const __half*>(x16),
                     w.n_in,
                     y,
                     bias,
                     res,
-                    sp.splits > 1 ? scratch : nullptr};
-    with_format(w.type, [&](auto fmt) { launch_f16<decltype(fmt)>(a, sp.splits, s); });
-    if (sp.splits > 1) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
+                    sk || reduce ? scratch : nullptr,
+                    tickets};
+    with_format(w.type, [&](auto fmt) { launch_f16<decltype(fmt)>(a, r, sp.splits, s); });
+    if (reduce) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
 }
 
 }  // namespace minfer::cuda
