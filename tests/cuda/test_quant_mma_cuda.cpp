@@ -335,7 +335,8 @@ TEST_P(CudaMmaF16, ColumnsAreBatchInvariant) {
 }
 
 // The stream-K division with rows cut between ranges (the first matrix of 1024-element rows that this
-// device divides so): against the reference, and a column's bits alone equal to them in a batch of 9.
+// device divides so), 66 columns (two column tiles): against the reference, and a column's bits alone
+// equal to them in the batch.
 TEST_P(CudaMmaF16, CutRowsMatchReferenceAndAreBatchInvariant) {
     MINFER_SKIP_WITHOUT_GPU();
     const int64_t n_in = 1024;
@@ -347,7 +348,7 @@ TEST_P(CudaMmaF16, CutRowsMatchReferenceAndAreBatchInvariant) {
     HostMatrix w = quantized_matrix(GetParam().type, n_out, n_in, rng);
     const DeviceMatrix dw(w, GetParam().padded);
     w.values = f16_kernel_halves(w);
-    const int64_t nt = 9;
+    const int64_t nt = 66;
     const std::vector<float> x = gaussian(rng, nt * n_in), res = gaussian(rng, nt * n_out);
     const std::vector<float> bias = gaussian(rng, n_out);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
@@ -356,7 +357,7 @@ TEST_P(CudaMmaF16, CutRowsMatchReferenceAndAreBatchInvariant) {
     expect_near_reference(y, reference_dots(w, rounded_to_half(x), nt), size_t(n_out), &bias, &res,
                           kF16RelBudget, std::to_string(n_out) + " rows", worst);
     std::printf("[ budget   ] %lld rows: worst error / budget %.4f\n", (long long)n_out, worst);
-    for (int64_t c = 0; c < nt; c += 4) {
+    for (int64_t c = 0; c < nt; c += 13) {
         DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
         DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
         const std::vector<float> alone = run_mma_f16(dw.qm, dxc, 1, dbias.get(), drc.get());
