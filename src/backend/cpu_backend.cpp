@@ -19,20 +19,6 @@ const int32_t* ids_of(const NodeBuffers& bufs, NodeId id) {
     return reinterpret_cast<const int32_t*>(bufs.data(id));
 }
 
-void for_each_weight(const NodeMeta& meta, auto&& f) {
-    std::visit(Overload{
-                   [&](const meta::Weight& m) { f(m.weight); },
-                   [&](const meta::MatMul& m) { f(m.weight), f(m.bias); },
-                   [&](const meta::FusedQkv& m) {
-                       for (const meta::MatMul* p : {&m.q, &m.k, &m.v}) f(p->weight), f(p->bias);
-                       f(m.q_norm), f(m.k_norm);
-                   },
-                   [&](const meta::FusedFfn& m) { f(m.gate), f(m.up); },
-                   [&](const auto&) {},
-               },
-               meta);
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(const GgufFile& weights, int n_threads, const CpuOptions& o)

@@ -5,12 +5,12 @@ namespace minfer {
 
 double CudaBackend::Impl::node_weight_bytes(const CNode& n) const {
     double b = 0;
-    auto add = [&](const WeightRef& w) { b += w.present() && w.n_out > 1 ? double(bytes_of(w)) : 0.0; };
-    std::visit(Overload{[&](const meta::MatMul& m) { add(m.weight); },
-                        [&](const meta::FusedQkv& m) { add(m.q.weight), add(m.k.weight), add(m.v.weight); },
-                        [&](const meta::FusedFfn& m) { add(m.gate), add(m.up); }, [&](const auto&) {}},
-               n.meta);
-    if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) b = 0;  // its projections are their own nodes
+    // The matrices a node streams whole: not an embedding table's (a lookup reads a few rows), nor the
+    // projections of QkvBiasRopeStore (their own nodes); vectors (biases, norms) are left out.
+    if (std::holds_alternative<meta::Weight>(n.meta) || std::holds_alternative<op::QkvBiasRopeStore>(n.op))
+        return b;
+    for_each_weight(n.meta,
+                    [&](const WeightRef& w) { b += w.present() && w.n_out > 1 ? double(bytes_of(w)) : 0.0; });
     return b;
 }
 

@@ -11,6 +11,7 @@
 
 #include "gguf/ggml_type.h"
 #include "graph/op.h"
+#include "util/overload.h"
 
 namespace minfer {
 
@@ -90,6 +91,26 @@ struct FusedFfn {
 
 using NodeMeta = std::variant<meta::None, meta::Weight, meta::MatMul, meta::Rope, meta::Attn, meta::Kv,
                               meta::FusedQkv, meta::FusedFfn>;
+
+// f(w) for every weight that a node's metadata names, present or not: the one list of which metadata
+// carry weights, one case per alternative, so that a new one does not compile until it is listed here.
+template <class F>
+void for_each_weight(const NodeMeta& meta, F&& f) {
+    std::visit(Overload{
+                   [](const meta::None&) {},
+                   [](const meta::Rope&) {},
+                   [](const meta::Attn&) {},
+                   [](const meta::Kv&) {},
+                   [&](const meta::Weight& m) { f(m.weight); },
+                   [&](const meta::MatMul& m) { f(m.weight), f(m.bias); },
+                   [&](const meta::FusedQkv& m) {
+                       for (const meta::MatMul* p : {&m.q, &m.k, &m.v}) f(p->weight), f(p->bias);
+                       f(m.q_norm), f(m.k_norm);
+                   },
+                   [&](const meta::FusedFfn& m) { f(m.gate), f(m.up); },
+               },
+               meta);
+}
 
 struct CNode {
     NodeId id = 0;
