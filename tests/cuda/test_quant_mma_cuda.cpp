@@ -305,6 +305,20 @@ TEST_P(CudaMmaF16, MatmulMatchesReference) {
     std::printf("[ budget   ] worst matmul_mma_f16 error / budget: %.4f\n", worst);
 }
 
+// Every step-th column of `batch` (w times the columns of x, + bias + res) is the same bits as that
+// column run alone.
+void expect_alone_equal_batch(const QMatrix& w, const std::vector<float>& x, const std::vector<float>& res,
+                              const float* bias, const std::vector<float>& batch, int64_t step) {
+    const int64_t n_in = w.n_in, n_out = w.n_out, nt = int64_t(x.size()) / n_in;
+    for (int64_t c = 0; c < nt; c += step) {
+        DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
+        DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
+        const std::vector<float> alone = run_mma_f16(w, dxc, 1, bias, drc.get());
+        ASSERT_EQ(std::memcmp(alone.data(), batch.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
+            << "column " << c << " alone differs from the batch of " << nt;
+    }
+}
+
 // A column's outputs are the same bits alone and in batches of 33 and 130 (every offset of the 33).
 TEST_P(CudaMmaF16, ColumnsAreBatchInvariant) {
     MINFER_SKIP_WITHOUT_GPU();
@@ -317,13 +331,8 @@ TEST_P(CudaMmaF16, ColumnsAreBatchInvariant) {
     const std::vector<float> bias = gaussian(rng, n_out), res = gaussian(rng, nt * n_out);
     DeviceBuffer<float> dx(x), dbias(bias), dres(res);
     const std::vector<float> all = run_mma_f16(dw.qm, dx, nt, dbias.get(), dres.get());
-    for (int64_t c = 0; c < nt; c += 3) {
-        DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
-        DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
-        const std::vector<float> alone = run_mma_f16(dw.qm, dxc, 1, dbias.get(), drc.get());
-        ASSERT_EQ(std::memcmp(alone.data(), all.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
-            << "column " << c << " alone differs from the batch of " << nt;
-    }
+    expect_alone_equal_batch(dw.qm, x, res, dbias.get(), all, 3);
+    if (HasFatalFailure()) return;
     for (int64_t off = 0; off + 33 <= nt; off += 31) {
         DeviceBuffer<float> dxs(std::vector<float>(x.begin() + off * n_in, x.begin() + (off + 33) * n_in));
         DeviceBuffer<float> drs(
@@ -357,13 +366,7 @@ TEST_P(CudaMmaF16, CutRowsMatchReferenceAndAreBatchInvariant) {
     expect_near_reference(y, reference_dots(w, rounded_to_half(x), nt), size_t(n_out), &bias, &res,
                           kF16RelBudget, std::to_string(n_out) + " rows", worst);
     std::printf("[ budget   ] %lld rows: worst error / budget %.4f\n", (long long)n_out, worst);
-    for (int64_t c = 0; c < nt; c += 13) {
-        DeviceBuffer<float> dxc(std::vector<float>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in));
-        DeviceBuffer<float> drc(std::vector<float>(res.begin() + c * n_out, res.begin() + (c + 1) * n_out));
-        const std::vector<float> alone = run_mma_f16(dw.qm, dxc, 1, dbias.get(), drc.get());
-        ASSERT_EQ(std::memcmp(alone.data(), y.data() + c * n_out, size_t(n_out) * sizeof(float)), 0)
-            << "column " << c << " alone differs from the batch of " << nt;
-    }
+    expect_alone_equal_batch(dw.qm, x, res, dbias.get(), y, 13);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMmaF16, ::testing::ValuesIn(kTypes), type_name);

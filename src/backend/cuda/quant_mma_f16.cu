@@ -1,13 +1,14 @@
 // Quantized matrix times a few dozen to a few hundred columns on the f16 tensor cores (mma.sync
-// m16n8k16, f16 x f16 -> f32). Thread blocks of 128 rows, shared-memory stages and splits are the int8
-// kernel's (quant_mma.cu, quant_mma_common.cuh); what differs is the inner step and the warps' tiles.
+// m16n8k16, f16 x f16 -> f32). Thread blocks of 128 rows and shared-memory stages are the int8 kernel's
+// (quant_mma.cu, quant_mma_common.cuh), and so are the even splits of rows (f16_split_kernel); rows may
+// instead be shared by stream-K ranges (f16_block). What differs is the inner step and the warps' tiles.
 // Lane (g, t) reads the levels of elements 8t..8t+7 of a 32-element block for rows g and g + 8 (the
 // format's levels()), dequantizes them in half arithmetic (dequant2: the block's scale and minimum
 // rounded to half, level * ws - wm rounded once), and takes the same elements of column g's x as one
 // 16-byte load: two m16n8k16 products per block, the first on elements 8t..8t+3, the second on
 // 8t+4..8t+7 (A and B share the assignment of elements to k, so any one works). Each warp covers all 64
-// columns of a tile, so each weight is dequantized once (the conversions to half are most of the
-// instructions); two k groups of four warps take the first and second half of every stage's blocks,
+// columns of a tile, so each weight is dequantized once (the conversions to half are a large share of
+// the instructions); two k groups of four warps take the first and second half of every stage's blocks,
 // each summing its blocks in row order, and their sums are added at the end (group 0's plus group 1's),
 // whatever the column count.
 //
@@ -196,10 +197,10 @@ __device__ __forceinline__ float* piece_of(const F16Args& a, int tile, int blk, 
     return a.part + ((int64_t(tile) * gridDim.y + blk) * 2 + slot) * kTileFloats;
 }
 
-// Row block rb's tile of accumulators, of stages k0..k0 + n: stored when they are the whole row, else
+// Row block rb's tile of accumulators, of n of its stages: stored when they are the whole row, else
 // kept as a piece; the block that completes the row's last piece adds all of them in range order
 // (ranges first to last, whichever finished last) and stores the sum. Group 0's warps hold the tile.
-__device__ __forceinline__ void finish_row(const F16Args& a, int rb, int k0, int n, int kg,
+__device__ __forceinline__ void finish_row(const F16Args& a, int rb, int n, int kg,
                                            float (&acc)[kMt][kNb][4]) {
     const int tile = int(blockIdx.x), tid = int(threadIdx.x) % kPerGroup, warp = int(threadIdx.x / 32);
     const int r0 = rb * kBlockRows + warp % kWarps * kMt * 16, c0 = tile * kCols;
@@ -257,7 +258,7 @@ __device__ __forceinline__ void f16_block(const F16Args& a) {
                 F16Product::math<W, kNb, kCols, kKGroups>(p, p + S::kWBytes, rw, 0, cols, kg, acc);
             });
         sum_k_groups<kNb, kKGroups, kPerGroup>(smem, kg, acc);
-        finish_row(a, rb, k0, n, kg, acc);
+        finish_row(a, rb, n, kg, acc);
         u += n;
     }
 }
