@@ -435,6 +435,14 @@ TEST(CudaMmaApi, FitsAndRefusals) {
     EXPECT_FALSE(cuda::mma_f16_fits(q5k));
     EXPECT_THROW(cuda::matmul_mma_f16(q5k, nullptr, 40, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                  Error);
+    // x16 off its 16-byte alignment is refused before anything runs (no device needed).
+    const auto* misaligned = reinterpret_cast<const void*>(uintptr_t(8));
+    try {
+        cuda::matmul_mma_f16(q4k, misaligned, 40, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+        ADD_FAILURE() << "matmul_mma_f16 took a misaligned x";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace
