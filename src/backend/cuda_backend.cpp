@@ -96,7 +96,7 @@ void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats)
 // Products wider than the matrix-vector and tensor-core kernels take: the weights dequantized to half (f32
 // for F32 weights) and one cuBLAS GEMM. Weights that are exact in half (F16, BF16) get their activations
 // split into two halves, hi and lo, so that the product keeps f32 accuracy.
-void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations) {
+void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y) {
     const float one = 1.0f, zero = 0.0f;
     const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
     if (w.type == GgmlType::F32) {
@@ -106,7 +106,7 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
         return;
     }
     void* hi = gemm_x.ptr;
-    void* lo = split_activations ? gemm_x.as<uint16_t>() + nt * w.n_in : nullptr;
+    void* lo = exact_in_half(w.type) ? gemm_x.as<uint16_t>() + nt * w.n_in : nullptr;
     cuda::dequant_f16(w, gemm_w.ptr, stream);
     cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
     for (void* part : {hi, lo}) {
@@ -138,12 +138,15 @@ CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt)
 }
 
 void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float* x, const float* res,
-                               int64_t nt, float* y, bool exact_weights) {
+                               int64_t nt, float* y, XNode x_node) {
     switch (mma_path(w, nt)) {
         case Mma::Int8:
-            cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
+            if (x_node.node < 0 || x_node != mma_x_holds)
+                cuda::quantize_x_mma(x, w.n_in, nt, mma_x.ptr, stream);
+            mma_x_holds = x_node;
             return cuda::matmul_mma(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(), stream);
         case Mma::F16:
+            mma_x_holds = {};
             cuda::split_f16(x, mma_x.ptr, nullptr, nt * w.n_in, stream);
             return cuda::matmul_mma_f16(w, mma_x.ptr, nt, y, bias, res, mma_part.as<float>(),
                                         mma_tickets.as<unsigned>(), stream);
@@ -152,8 +155,7 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
     }
     if (opt.invariant && nt > 1) {  // every column as a one-token product
         for (int64_t t = 0; t < nt; ++t)
-            matmul(w, bias, x + t * w.n_in, res ? res + t * w.n_out : nullptr, 1, y + t * w.n_out,
-                   exact_weights);
+            matmul(w, bias, x + t * w.n_in, res ? res + t * w.n_out : nullptr, 1, y + t * w.n_out);
         return;
     }
     if (cuda::matvec_int8_x(w, nt)) {
@@ -161,12 +163,12 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
         return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
     }
     if (nt < gemm_tokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
-    gemm(w, x, nt, y, exact_weights);
+    gemm(w, x, nt, y);
     if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
     if (res) cuda::add(y, res, y, w.n_out * nt, stream);
 }
 
-void CudaBackend::Impl::fused_qkv(const CNode& n) {
+void CudaBackend::Impl::fused_qkv(const ComputeGraph& g, const CNode& n) {
     const auto& m = std::get<meta::FusedQkv>(n.meta);
     const int64_t nt = n.shape[1], nq = m.q.weight.n_out, nkv = m.kv.n_embd;
     cuda::QkvEpilogue e{
@@ -191,12 +193,13 @@ void CudaBackend::Impl::fused_qkv(const CNode& n) {
         if (it == qkv.end()) throw Error("CUDA backend: no concatenated QKV weight for " + m.q.weight.name);
         const QMatrix& cat = it->second;  // [nq + nkv (+ nkv)] rows: Q, K (and V when of the same type)
         float* rows = fused.as<float>();
-        matmul(cat, nullptr, q, nullptr, nt, rows, false);
+        const XNode x{g.uid, n.src[0]};
+        matmul(cat, nullptr, q, nullptr, nt, rows, x);
         e.q_stride = e.k_stride = e.v_stride = cat.n_out;
         k = rows + nq, v = rows + nq + nkv;
         if (m.v.weight.type != m.q.weight.type) {  // uploaded apart (upload_all): V runs after the concat
             float* v_rows = rows + nt * cat.n_out;
-            matmul(mat(m.v.weight), nullptr, q, nullptr, nt, v_rows, false);
+            matmul(mat(m.v.weight), nullptr, q, nullptr, nt, v_rows, x);
             v = v_rows, e.v_stride = nkv;
         }
         q = rows;
@@ -236,6 +239,7 @@ void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, co
 }
 
 void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    if (!std::holds_alternative<op::MatMul>(n.op)) mma_x_holds = {};
     float* out = dev(n.id);
     auto in = [&](size_t i) { return dev(n.src[i]); };
     const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
@@ -256,8 +260,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             },
             [&](const op::MatMul& o) {
                 const auto& m = std::get<meta::MatMul>(n.meta);
-                const bool exact = m.weight.type == GgmlType::F16 || m.weight.type == GgmlType::BF16;
-                matmul(mat(m.weight), vec(m.bias), in(0), o.residual ? in(1) : nullptr, nt, out, exact);
+                matmul(mat(m.weight), vec(m.bias), in(0), o.residual ? in(1) : nullptr, nt, out,
+                       {g.uid, n.src[0]});
             },
             [&](const op::Rope& o) {
                 const auto& m = std::get<meta::Rope>(n.meta);
@@ -301,20 +305,22 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             },
             [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},
-            [&](const op::FusedQKV&) { fused_qkv(n); },
-            [&](const op::FusedQkvNorm&) { fused_qkv(n); },
-            [&](const op::QkvBiasRopeStore&) { fused_qkv(n); },
+            [&](const op::FusedQKV&) { fused_qkv(g, n); },
+            [&](const op::FusedQkvNorm&) { fused_qkv(g, n); },
+            [&](const op::QkvBiasRopeStore&) { fused_qkv(g, n); },
         },
         n.op);
 }
 
 void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
+    impl_->mma_x_holds = {};  // a node alone: its x may have been computed again since
     impl_->run(g, n, bufs);
 }
 
 // Records the segment's kernels into a CUDA graph and launches it.
 void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes,
                                      const NodeBuffers& bufs, Captured& c) {
+    mma_x_holds = {};
     MINFER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
     try {
@@ -335,6 +341,7 @@ void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const Node
 void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes,
                                   const NodeBuffers& bufs, bool reusable) {
     Impl& im = *impl_;
+    im.mma_x_holds = {};
     if (im.profile) {
         for (NodeId id : nodes) im.run_profiled(g, g[id], bufs);
         return;

@@ -81,6 +81,19 @@ inline cuda::XQuant decode_x_format(CudaOptions::DecodeX x) {
     throw Error("CUDA backend: unknown decode activation format");
 }
 
+// Weights whose values a half holds exactly: their GEMMs split the activations into two halves
+// (CudaBackend::Impl::gemm), so that the product keeps f32 accuracy.
+inline bool exact_in_half(GgmlType t) {
+    return t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+// A product's x as a node of a graph, when the caller knows it.
+struct XNode {
+    uint64_t graph = 0;
+    NodeId node = -1;  // -1: not known, never shared
+    bool operator==(const XNode&) const = default;
+};
+
 inline const meta::Paging& paging_of(const CNode& n) {
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->paging;
     if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.paging;
@@ -101,8 +114,13 @@ struct CudaBackend::Impl {
     DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
     DeviceBuffer mma_tickets;      // cuda::matmul_mma_f16's counters, zero between its launches
-    DeviceBuffer gather;           // NCCL's rank-major all-gather result before cuda::interleave_ranks
-    float* pinned = nullptr;       // the executor's host arena, page-locked for fast transfers
+    // Which node's values mma_x holds quantized (cuda::quantize_x_mma), so that the products that follow
+    // with the same x (Q|K|V and V apart, gate and up) read them instead of quantizing again. A node is
+    // computed once per run and stays live until its last product; run() forgets the node at every node
+    // that is no product, and each segment starts without it.
+    XNode mma_x_holds;
+    DeviceBuffer gather;      // NCCL's rank-major all-gather result before cuda::interleave_ranks
+    float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
     std::vector<bool> host_out;  // by node: its kernel writes into `pinned` (choose_host_outputs)
     std::vector<int64_t> offset;
@@ -224,11 +242,11 @@ struct CudaBackend::Impl {
         return rope_key == std::pair{r.n_rot, r.freq_base} ? rope_tab : cuda::RopeTable{};
     }
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
-                bool exact_weights);
-    void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, bool split_activations);
+                XNode x_node = {});
+    void gemm(const QMatrix& w, const float* x, int64_t nt, float* y);
     enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
     Mma mma_path(const QMatrix& w, int64_t nt) const;
-    void fused_qkv(const CNode& n);
+    void fused_qkv(const ComputeGraph& g, const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers& bufs,

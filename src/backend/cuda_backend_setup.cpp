@@ -146,6 +146,14 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         if (f16) mma_tickets_n = std::max(mma_tickets_n, cuda::mma_f16_tickets(w, nt));
         return true;
     };
+    const auto need_gemm = [&](const QMatrix& w, int64_t nt) {
+        if (nt < gemm_tokens) return;
+        w_halves = std::max(w_halves, size_t(w.n_in * w.n_out));
+        x_halves = std::max(x_halves, size_t(2 * nt * w.n_in));
+    };
+    const auto need_product = [&](const QMatrix& w, int64_t nt) {
+        if (!need_mma(w, nt)) need_gemm(w, nt);
+    };
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
         const auto* a = std::get_if<meta::Attn>(&n.meta);
@@ -158,15 +166,11 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
         if (opt.nccl && std::holds_alternative<op::AllGather>(n.op))
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
-        const auto* m = std::get_if<meta::MatMul>(&n.meta);
-        const auto w = m ? mats.find(m->weight.name) : mats.end();
-        if ((w == mats.end() || !need_mma(w->second, nt)) && m && nt >= gemm_tokens) {
-            w_halves = std::max(w_halves, size_t(m->weight.n_in * m->weight.n_out));
-            x_halves = std::max(x_halves, size_t(2 * nt * m->weight.n_in));
-        }
+        if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && mats.count(m->weight.name))
+            need_product(mats.at(m->weight.name), nt);
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) {
-            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end()) need_mma(it->second, nt);
-            if (mats.count(f->v.weight.name)) need_mma(mats.at(f->v.weight.name), nt);
+            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end()) need_product(it->second, nt);
+            if (mats.count(f->v.weight.name)) need_product(mats.at(f->v.weight.name), nt);
         }
     }
     bool moved = scores.reserve(score_floats * sizeof(float));

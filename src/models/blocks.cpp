@@ -6,9 +6,19 @@ namespace minfer {
 
 namespace {
 
-// Decode fusions need a GPU participant and run on single-token graphs only; toggled by GraphParams.
-bool decode_fusion(const GraphParams& p, bool toggle) {
-    return p.n_tokens == 1 && p.cparams.gpu && toggle;
+// Graphs of at most this many tokens (decode steps and batches) take the QKV fusions; longer prefill
+// chunks keep three products, whose cuBLAS GEMMs the prefill figures were measured with.
+constexpr int64_t kMaxFusedQkvTokens = 64;
+
+// The fusions need a GPU participant and are toggled by GraphParams. The QKV ones (one product with the
+// concatenated weight, one epilogue kernel) take any graph of up to kMaxFusedQkvTokens tokens; the FFN
+// one is a matrix-vector kernel and takes single-token graphs only.
+bool qkv_fusion(const GraphParams& p) {
+    return p.cparams.gpu && p.cparams.fuse_qkv && p.n_tokens <= kMaxFusedQkvTokens;
+}
+
+bool ffn_fusion(const GraphParams& p) {
+    return p.cparams.gpu && p.cparams.fuse_ffn && p.n_tokens == 1;
 }
 
 meta::Paging paging(const GraphParams& p) {
@@ -78,11 +88,11 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     // layers' attn_v more bits), and then runs as its own product inside the node.
     const bool qk_same = l.wq.type == l.wk.type;
     NodeId q;
-    if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same && qk_norm == QkNormKind::PerHead) {
+    if (qkv_fusion(p) && qk_same && qk_norm == QkNormKind::PerHead) {
         q = b.fused_qkv_norm(il, x, in.kv, fused_qkv_meta(m, l, p));
-    } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_same) {
+    } else if (qkv_fusion(p) && qk_same) {
         q = b.fused_qkv(il, x, in.kv, fused_qkv_meta(m, l, p));
-    } else if (decode_fusion(p, p.cparams.fuse_qkv) && qk_norm == QkNormKind::None) {
+    } else if (qkv_fusion(p) && qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);
@@ -123,7 +133,7 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
     const LayerWeights& l = m.layers[size_t(il)];
     // At every width: the GPU kernel reads the gate and up rows side by side (no concatenated matrix),
     // which measured faster than two products and a SwiGLU, 7B's n_ff = 18944 included.
-    if (decode_fusion(p, p.cparams.fuse_ffn) && l.ffn_gate.type == l.ffn_up.type)
+    if (ffn_fusion(p) && l.ffn_gate.type == l.ffn_up.type)
         return ffn_down(b, m, b.fused_ffn(x, {l.ffn_gate, l.ffn_up}), l.ffn_down);
     const NodeId gate = b.matmul(x, l.ffn_gate);  // [n_ff, nt]
     const NodeId up = b.matmul(x, l.ffn_up);      // [n_ff, nt]

@@ -78,7 +78,8 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
     c.kv_block = paged ? p.kv_block : 0;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
-    // The decode fusions run only for one token: an invariant row takes the unfused chain at every width.
+    // The fusions depend on the token count (QKV up to 64, FFN one): an invariant row takes the unfused
+    // chain at every width.
     if (p.batch_invariant) c.fuse_qkv = c.fuse_ffn = false;
     check_kv_fits(m, c, gpu, p.tensor_parallel);
     return c;

@@ -463,8 +463,17 @@ TEST(Fused, decode_fusions_replace_their_chains) {
         EXPECT_EQ(count_op(no_qkv, "KvcacheStore"), L);
         EXPECT_EQ(count_op(m->build_graph(*m, decode_params(true, true, false)), "FusedFFN"), 0);
 
-        // Prefill graphs are never fused, GPU or not.
-        const ComputeGraph pg = m->build_graph(*m, GraphParams::make(4, 1, decode_params(true).cparams));
+        // Graphs of several tokens: the QKV fusion up to 64 tokens (decode batches), never the FFN one (a
+        // matrix-vector kernel); longer prefill chunks neither.
+        const CParams gpu = decode_params(true).cparams;
+        for (const int64_t nt : {4, 64}) {
+            const ComputeGraph batch = m->build_graph(*m, GraphParams::make(nt, nt, gpu));
+            EXPECT_EQ(count_op(batch, "FusedFFN"), 0) << nt << " tokens";
+            if (*c.qkv_op) {
+                EXPECT_EQ(count_op(batch, c.qkv_op), L) << nt << " tokens";
+            }
+        }
+        const ComputeGraph pg = m->build_graph(*m, GraphParams::make(65, 1, gpu));
         EXPECT_EQ(count_op(pg, "FusedFFN") + count_op(pg, "FusedQKV") + count_op(pg, "FusedQkvNorm"), 0);
     }
 }

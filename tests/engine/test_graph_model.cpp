@@ -281,7 +281,8 @@ void expect_fused_matches_unfused(const Model& m, const char* fused_op) {
     Driver fused(m), plain(m);
     const std::vector<int32_t> ids = prompt(5, m.hp.n_vocab);
     std::vector<float> lf = fused.forward(ids, true, true);
-    ASSERT_EQ(lf, plain.forward(ids, true, false)) << "prefill graphs are never fused";
+    ASSERT_EQ(lf, plain.forward(ids, true, false)) << "a prefill of 5 tokens, QKV fused";
+    EXPECT_TRUE(has_op(fused.graph(), [&](const Op& o) { return op_name(o) == std::string(fused_op); }));
     for (int step = 0; step < 4; ++step) {
         const int32_t tok = argmax(lf);
         lf = fused.forward(std::span(&tok, 1), true, true);
