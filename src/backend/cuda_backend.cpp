@@ -27,6 +27,10 @@ uint64_t CudaBackend::graph_captures() const {
     return impl_->captures;
 }
 
+size_t CudaBackend::half_copies() const {
+    return impl_->halves.size();
+}
+
 bool CudaBackend::supports(const CNode& n) const {
     // Tensor-parallel collectives run here through NCCL when the rank has a device group, otherwise on the
     // host (the CPU backend's communicator); vocabulary-shard lookups on the host: the executor moves their
@@ -93,9 +97,10 @@ void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats)
     MINFER_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
-// Products wider than the matrix-vector and tensor-core kernels take: the weights dequantized to half (f32
-// for F32 weights) and one cuBLAS GEMM. Weights that are exact in half (F16, BF16) get their activations
-// split into two halves, hi and lo, so that the product keeps f32 accuracy.
+// Products wider than the matrix-vector and tensor-core kernels take: the weights in half (their copy kept
+// by keep_half, else dequantized here; f32 for F32 weights) and one cuBLAS GEMM. Weights that are exact in
+// half (F16, BF16) get their activations split into two halves, hi and lo, so that the product keeps f32
+// accuracy.
 void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y) {
     const float one = 1.0f, zero = 0.0f;
     const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
@@ -107,11 +112,12 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
     }
     void* hi = gemm_x.ptr;
     void* lo = exact_in_half(w.type) ? gemm_x.as<uint16_t>() + nt * w.n_in : nullptr;
-    cuda::dequant_f16(w, gemm_w.ptr, stream);
+    const void* wh = half_of(w);
+    if (!wh) cuda::dequant_f16(w, gemm_w.ptr, stream);
     cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
     for (void* part : {hi, lo}) {
         if (!part) continue;
-        blas_check(cuda::cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, gemm_w.ptr,
+        blas_check(cuda::cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, wh ? wh : gemm_w.ptr,
                                           CUDA_R_16F, k, part, CUDA_R_16F, k, part == hi ? &zero : &one, y,
                                           CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx");

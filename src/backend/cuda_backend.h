@@ -38,6 +38,10 @@ struct CudaOptions {
     // (cuda::matmul_mma_f16); wider ones, and smaller matrices, as dequantization + cuBLAS
     // (MINFER_MMA_F16_TOKENS=N sets it, 0: off).
     int64_t mma_f16_tokens = 64;
+    // The cuBLAS GEMM's weights (prefill, wide batches) kept as half copies on the device, dequantized once
+    // where free memory allows, instead of dequantized before every product: the same halves, so the same
+    // bits (MINFER_NO_HALF_WEIGHTS=1: off). F16 weights are read in place either way.
+    bool half_weights = true;
     // Batch-invariant arithmetic (--deterministic): every product of a matrix cuda::mma_fits takes runs on
     // the tensor cores whatever its width (one column too), the other matrices' products column by column,
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its
@@ -69,6 +73,7 @@ class CudaBackend final : public Backend {
 
     uint64_t graph_launches() const;  // CUDA-graph replays so far (tests, reports)
     uint64_t graph_captures() const;  // CUDA graphs recorded so far (tests)
+    size_t half_copies() const;       // matrices kept as half copies (CudaOptions::half_weights; tests)
 
     struct Impl;
 

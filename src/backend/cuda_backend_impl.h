@@ -111,6 +111,9 @@ struct CudaBackend::Impl {
     std::unordered_map<std::string, QMatrix> qkv;        // concatenated Q|K|V, keyed by the Q weight's name
 
     DeviceBuffer arena, scores, kv_wide, fused, gemm_w, gemm_x, blas_ws;
+    // opt.half_weights: the GEMM's half copies (keep_half, half_of), by the matrix's device data and rows
+    // (a layer's Q matrix starts where its concatenated Q|K|V does).
+    std::map<std::pair<const void*, int64_t>, std::unique_ptr<DeviceBuffer>> halves;
     DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
     DeviceBuffer mma_tickets;      // cuda::matmul_mma_f16's counters, zero between its launches
@@ -244,6 +247,8 @@ struct CudaBackend::Impl {
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 XNode x_node = {});
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y);
+    bool keep_half(const QMatrix& w);              // true when w's GEMM reads a half copy it need not make
+    const void* half_of(const QMatrix& w) const;   // that copy (F16: w itself), or null
     enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
     Mma mma_path(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const ComputeGraph& g, const CNode& n);

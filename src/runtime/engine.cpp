@@ -152,6 +152,7 @@ CudaOptions cuda_options_from_env() {
     if (const char* n = std::getenv("MINFER_MMA_F16_TOKENS"); n && std::atoll(n) >= 0)
         o.mma_f16_tokens = std::atoll(n);
     if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0, o.mma_f16_tokens = 0;
+    o.half_weights = !env_flag("MINFER_NO_HALF_WEIGHTS");
     return o;
 }
 

@@ -167,7 +167,9 @@ TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
         std::vector<float> lg;
         const std::vector<int32_t> tg = decode(gpu_mode, short_prompt, 16, lg);
         EXPECT_LE(max_abs_diff(lg, lc), mode.budget * max_abs(lc)) << "decode logits";
-        if (mode.same_tokens) EXPECT_EQ(tg, tc);
+        if (mode.same_tokens) {
+            EXPECT_EQ(tg, tc);
+        }
     }
 }
 
@@ -245,6 +247,44 @@ TEST(CudaSession, MicroBatchedPrefillMatchesCpu) {
     const std::span<const float> got = gpu.forward(ids, nt);
     EXPECT_EQ(gpu.steps(), 3);
     EXPECT_LE(max_abs_diff(got, want), 1e-2f * max_abs(want));
+}
+
+// The GEMM's weights kept as half copies (CudaOptions::half_weights) are the halves it would make before
+// every product: a prompt in passes of 20 tokens (the cuBLAS products: wider than the int8 tensor-core
+// product takes these matrices, mma_tokens = 16) gives the same bits either way, in
+// every layout the copies are made from (Q4_K tiled for a vocabulary of 65536, Q6_K padded, Q8_0, BF16;
+// F16 weights are read in place, never copied).
+TEST(CudaSession, HalfWeightCopiesChangeNoBit) {
+    MINFER_REQUIRE_GPU();
+    const struct {
+        GgmlType type;
+        int64_t n_vocab;
+    } cases[] = {{GgmlType::Q4_K, 65536},
+                 {GgmlType::Q6_K, 512},
+                 {GgmlType::Q8_0, 512},
+                 {GgmlType::BF16, 512},
+                 {GgmlType::F16, 512}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(ggml_type_name(c.type));
+        const auto m = synth("qwen2", c.type, c.n_vocab);
+        const std::vector<int32_t> ids = prompt(40, m->hp.n_vocab);
+        const auto nt = int64_t(ids.size());
+        Session kept(*m, {128, 2, BackendKind::Cuda, 20});
+        const std::span<const float> lk = kept.forward(ids, nt);
+        const std::vector<float> with(lk.begin(), lk.end());
+        const size_t copies = dynamic_cast<const CudaBackend*>(kept.gpu())->half_copies();
+        if (c.type == GgmlType::F16) {
+            EXPECT_EQ(copies, 0u) << "F16 weights are read in place";
+        } else {
+            EXPECT_GT(copies, 0u) << "no matrix was kept in half";
+        }
+        const EnvGuard off("MINFER_NO_HALF_WEIGHTS", "1");
+        Session made(*m, {128, 2, BackendKind::Cuda, 20});
+        const std::span<const float> lm = made.forward(ids, nt);
+        EXPECT_EQ(dynamic_cast<const CudaBackend*>(made.gpu())->half_copies(), 0u);
+        ASSERT_EQ(lm.size(), with.size());
+        EXPECT_EQ(std::memcmp(lm.data(), with.data(), with.size() * sizeof(float)), 0);
+    }
 }
 
 // One forward of the engines over `chunks`; the GPU's wanted logits must be within budget * max|logit|
