@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs what a device-tool call needs into DIR (default carry/, git-ignored; pass it as `carry`):
 # pack.tar.xz, the named binaries of build/ under bin/ (NAME or NAME=ALIAS, e.g. minfer=minfer_a) and the
-# shared libraries the GPU machine lacks under lib/; with DATA=1 also data.tar.xz, the refs and Q4_K_M
-# minis of $MINFER_TEST_DATA (default ../shared) as shared/. One xz stream with a 128 MiB dictionary: the
-# binaries share their CUDA code, so four of them pack to about 13 MB (48 MB with xz's default 8 MiB).
+# shared libraries the GPU machine lacks under lib/; with DATA=1 also data.tar.xz, the refs and the minis
+# DATA_MODELS names (default the Q4_K_M ones) of $MINFER_TEST_DATA (default ../shared) as shared/. One xz
+# stream with a 128 MiB dictionary: the binaries share their CUDA code, so four of them pack to about
+# 13 MB (48 MB with xz's default 8 MiB).
 # The device receives at most 64 MiB with the working tree (about 12 MB). bench/device-run.sh unpacks.
 # Usage: bench/device-pack.sh minfer minfer-synth test_cuda test_engine bench_cuda_mma
 set -euo pipefail
@@ -20,6 +21,8 @@ ldd "$BUILD/minfer" | awk '$3 ~ /^\// {print $3}' |
 tar -C "$stage" -cf - bin lib | xz -T1 --lzma2=preset=6,dict=128MiB >"$DIR/pack.tar.xz"
 if [ "${DATA:-0}" = 1 ]; then
   data=$(cd "${MINFER_TEST_DATA:-../shared}" && pwd)
-  (cd "$data" && tar --transform 's|^|shared/|' -cJf - refs models/*-Q4_K_M.gguf) >"$DIR/data.tar.xz"
+  # shellcheck disable=SC2086 # DATA_MODELS is a list of globs
+  (cd "$data" && tar --transform 's|^|shared/|' -cJf - refs ${DATA_MODELS:-models/*-Q4_K_M.gguf}) \
+    >"$DIR/data.tar.xz"
 fi
 du -ch "$DIR"/*.tar.xz | tail -1

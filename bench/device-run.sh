@@ -7,10 +7,21 @@
 #   tests    bin/test_cuda (FILTER: a gtest filter), summary and failures; the full log in $OUT
 #   engine   bin/test_engine's CUDA goldens, batch, session and invariance tests (needs DATA=1's archive)
 #   mma      every bin/bench_cuda_mma* at 20 iterations, 32 and 64 columns
-#   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on the synthetic
-#            qwen2.5-7b Q4_K_M (ROUNDS rounds, default 2, interleaved)
+#   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
+#            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved)
+#   timeline bench/cuda-timeline.sh with B=${TL_B:-8} on TL_MODEL (default qwen2.5-0.5b:Q4_K_M); needs
+#            libminfer_cuda_timeline.so packed beside bin/minfer
+#   peer     nothing: starts llama.cpp's build (carry/peer) for compare or serve in a later call
 #   compare  bench/cuda-batched-compare.sh (MODELS, default qwen2.5-7b:Q4_K_M) against llama.cpp, whose
 #            build from carry/peer (../shared/tools/llamacpp-src) starts with the call
+#   prefill  every bin/minfer* : bench -p P -n 0 for each P of PP (default 512,4096) on each BATCH_MODELS
+#            file, with the GEMM's half weight copies and without (MINFER_NO_HALF_WEIGHTS=1)
+#   serve    bench/serve-compare.sh on SERVE_MODEL (default qwen2.5-7b:Q4_K_M) with bin/minfer and the
+#            llama-server of compare's build, NP 64, -c CTX (default 65536), 128-word prompts, 128
+#            generated, CONC 8,64 (needs carry/serve-load, a copy of ../shared/tools/serve-load)
+# The synthetic files take VOCAB's tokenizer (default the embedded mini's; the server's text needs a real
+# one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf). compare and serve run
+# bin/minfer: AS_MINFER=NAME makes it a copy of bin/NAME after unpacking (every call unpacks again).
 set -uo pipefail
 R=$PWD W=${W:-/tmp/w} BUDGET=${BUDGET:-540} T0=$(date +%s)
 exec >"$OUT/log" 2>&1
@@ -18,12 +29,27 @@ lim() { local l=$((T0 + BUDGET - $(date +%s))); echo $((l < $1 ? (l > 1 ? l : 1)
 mkdir -p "$W" && cd "$W" || exit 1
 tar xJf "$R/carry/pack.tar.xz"
 [ -f "$R/carry/data.tar.xz" ] && tar xJf "$R/carry/data.tar.xz"
+[ -n "${AS_MINFER:-}" ] && cp "bin/$AS_MINFER" bin/minfer
 export LD_LIBRARY_PATH=$W/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
 export PATH=/usr/local/cuda/bin:$PATH
-D=/tmp/minfer-bench M7=/tmp/minfer-bench/qwen2.5-7b-Q4_K_M.gguf
+D=/tmp/minfer-bench
 mkdir -p $D
-[[ " $* " == *" compare "* && -d $R/carry/peer ]] && setsid nice -n 10 bash "$R/carry/peer/build-llamacpp.sh" >/dev/null 2>&1 &
-synth7() { [ -f $M7 ] || bin/minfer-synth --vocab "$R/models/qwen2-mini-Q8_0.gguf" qwen2.5-7b Q4_K_M $M7 >/dev/null; }
+# llama.cpp's build starts with a call that compares or serves, unless an earlier call on this machine
+# started it (the section `peer` starts it alone, for a later call).
+if [[ " $* " =~ " "(compare|serve|peer)" " && -d $R/carry/peer && ! -e /tmp/llamacpp-cuda ]]; then
+  setsid nice -n 10 bash "$R/carry/peer/build-llamacpp.sh" >/dev/null 2>&1 &
+fi
+peer_built() {
+  while ! grep -q "build rc" /tmp/llamacpp-cuda/build.log 2>/dev/null && [ "$(lim 999)" -gt 150 ]; do sleep 5; done
+  tail -1 /tmp/llamacpp-cuda/build.log
+}
+# The file of PRESET:TYPE $1, written with minfer-synth when missing.
+synth() {
+  local f=$D/${1%%:*}-${1##*:}.gguf
+  [ -f "$f" ] || bin/minfer-synth --vocab "$R/${VOCAB:-models/qwen2-mini-Q8_0.gguf}" "${1%%:*}" "${1##*:}" "$f" >/dev/null
+  echo "$f"
+}
+PP=${PP:-512,4096}
 for section in "$@"; do
   echo "== $section $(date +%T)"
   case $section in
@@ -37,19 +63,46 @@ for section in "$@"; do
     mma)
       for b in bin/bench_cuda_mma*; do echo "-- $b"; timeout "$(lim 60)" "$b" 20 32,64; done ;;
     batched)
-      synth7
-      for ((i = 0; i < ${ROUNDS:-2}; ++i)); do
-        for b in bin/minfer bin/minfer_*; do
-          [ -x "$b" ] || continue
-          echo "-- $b: $(timeout "$(lim 60)" "$b" bench -m $M7 --device cuda --parallel "${B:-24,32,64}" -p 128 -n 128 \
-            --json | python3 -c 'import json, sys; print(" ".join("B=%d S_TG %.0f" % (r["pl"], r["speed_tg"])
-                                                         for r in map(json.loads, sys.stdin)))')"
+      for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
+        f=$(synth "$m")
+        for ((i = 0; i < ${ROUNDS:-2}; ++i)); do
+          for b in bin/minfer bin/minfer_*; do
+            [ -x "$b" ] || continue
+            echo "-- $m $b: $(timeout "$(lim 60)" "$b" bench -m "$f" --device cuda --parallel "${B:-24,32,64}" \
+              -p 128 -n 128 --json | python3 -c 'import json, sys
+rows = map(json.loads, sys.stdin)
+print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg"]) for r in rows))')"
+          done
         done
       done ;;
+    timeline)
+      f=$(synth "${TL_MODEL:-qwen2.5-0.5b:Q4_K_M}")
+      B=${TL_B:-8} BIN=bin TOP=${TOP:-24} timeout "$(lim 120)" bash "$R/bench/cuda-timeline.sh" "$f" 32 ;;
+    peer) ;;
     compare)
-      while ! grep -q "build rc" /tmp/llamacpp-cuda/build.log 2>/dev/null && [ "$(lim 999)" -gt 150 ]; do sleep 5; done
-      tail -1 /tmp/llamacpp-cuda/build.log
+      peer_built
       BIN=bin timeout "$(lim 300)" bash "$R/bench/cuda-batched-compare.sh" ${MODELS:-qwen2.5-7b:Q4_K_M} ;;
+    prefill)
+      for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
+        f=$(synth "$m")
+        for b in bin/minfer bin/minfer_*; do
+          [ -x "$b" ] || continue
+          for off in 0 1; do
+            for p in ${PP//,/ }; do
+              echo "-- $m $b no-half=$off: $(MINFER_NO_HALF_WEIGHTS=$off timeout "$(lim 60)" "$b" bench -m "$f" \
+                --device cuda -p "$p" -n 0 -r 3 --json | python3 -c 'import json, sys
+print(" ".join("%s %.0f" % (k, v["mean"]) for k, v in json.load(sys.stdin).items() if k.startswith("pp")))')"
+            done
+          done
+        done
+      done ;;
+    serve)
+      f=$(synth "${SERVE_MODEL:-qwen2.5-7b:Q4_K_M}")
+      peer_built
+      printf '#!/bin/sh\nt=$1; shift; exec /tmp/llamacpp-cuda/bin/$t "$@"\n' >"$W/llamacpp" && chmod +x "$W/llamacpp"
+      NP=64 CTX=${CTX:-65536} CONC=${CONC:-8,64} REQ=${REQ:-128} PROMPT=128 GEN=128 DEVICE=cuda T=4 \
+        MINFER=$W/bin/minfer LLAMACPP=$W/llamacpp LOAD=$R/carry/serve-load \
+        timeout "$(lim 400)" bash "$R/bench/serve-compare.sh" "$f" ;;
     *) echo "device-run.sh: unknown section $section" ;;
   esac
 done
