@@ -131,11 +131,22 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // kernel stopped beating the next on the H200 (PERF-NOTES-GPU-BATCHED.md, sessions 16-17 and 21-22):
 // the int8 kernel beats dequantization + cuBLAS on 7B's matrices at 32 columns but not on 0.5B's; the
 // f16 kernel, each weight dequantized once, beats the int8 one on 7B's matrices from 24 columns and
-// cuBLAS up to 64, and loses beyond and on 0.5B's.
+// cuBLAS up to 64, and loses beyond and on 0.5B's. Those figures include cuBLAS's dequantization: a
+// matrix with a kept half copy (keep_half) gives cuBLAS every width the int8 kernel does not take, up
+// to mma_tokens columns on wide matrices and up to kHalfGemmFrom - 1 on the others (or up to where
+// the GEMM starts, gemm_tokens). With the copies, cuBLAS beat the f16 kernel on 7B's matrices at 32 and
+// 64 columns, and the int8 one on 0.5B's at 8 and 16 (PERF-NOTES-GPU-BATCHED.md, twenty-sixth session);
+// at 4 too, by 4%, but there the int8 kernel keeps x 31x finer than the GEMM's half.
 CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt) const {
-    constexpr int64_t kMmaWideDims = 2048;
+    constexpr int64_t kMmaWideDims = 2048, kHalfGemmFrom = 8;
     if (!cuda::mma_fits(w)) return Mma::None;
     const bool wide = w.n_in >= kMmaWideDims && w.n_out >= kMmaWideDims;
+    if (!opt.invariant && half_of(w)) {
+        const int64_t int8_to = wide ? opt.mma_tokens
+                                     : std::max(std::min(opt.mma_tokens, kHalfGemmFrom - 1),
+                                                std::min(opt.mma_tokens, gemm_tokens - 1));
+        return nt >= 2 && nt <= int8_to ? Mma::Int8 : Mma::None;
+    }
     const bool f16 = !opt.invariant && wide && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w);
     const int64_t int8_to = (wide && !f16 ? 2 : 1) * opt.mma_tokens;
     if (opt.mma_tokens > 0 && (opt.invariant || (nt >= 2 && nt <= int8_to))) return Mma::Int8;

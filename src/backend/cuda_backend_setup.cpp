@@ -176,6 +176,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         x_halves = std::max(x_halves, size_t(2 * nt * w.n_in));
     };
     const auto need_product = [&](const QMatrix& w, int64_t nt) {
+        if (nt >= gemm_tokens) keep_half(w);  // before mma_path, which routes by it
         if (!need_mma(w, nt)) need_gemm(w, nt);
     };
     for (const CNode& n : g.nodes) {
