@@ -247,7 +247,7 @@ struct CudaBackend::Impl {
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 XNode x_node = {});
     void gemm(const QMatrix& w, const float* x, int64_t nt, float* y);
-    bool keep_half(const QMatrix& w);              // true when w's GEMM reads a half copy it need not make
+    void keep_half(const QMatrix& w);              // makes w's half copy for the GEMM where it may
     const void* half_of(const QMatrix& w) const;   // that copy (F16: w itself), or null
     enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
     Mma mma_path(const QMatrix& w, int64_t nt) const;

@@ -137,15 +137,13 @@ constexpr size_t kHalfWeightsSlack = size_t(4) << 30;
 // A GEMM matrix's half copy, made once (opt.half_weights) when free memory allows: dequant_f16 into a
 // buffer of its own, the halves that gemm would otherwise make before every product. F16 weights are
 // their own halves.
-bool CudaBackend::Impl::keep_half(const QMatrix& w) {
-    if (half_of(w)) return true;
-    if (!opt.half_weights || w.type == GgmlType::F32) return false;
+void CudaBackend::Impl::keep_half(const QMatrix& w) {
+    if (half_of(w) || !opt.half_weights || w.type == GgmlType::F32) return;
     const size_t bytes = size_t(w.n_in * w.n_out) * 2;
-    if (size_t(std::max<int64_t>(cuda::device_free_bytes(), 0)) < bytes + kHalfWeightsSlack) return false;
+    if (size_t(std::max<int64_t>(cuda::device_free_bytes(), 0)) < bytes + kHalfWeightsSlack) return;
     auto& copy = halves[{w.data, w.n_out}] = std::make_unique<DeviceBuffer>();
     copy->reserve(bytes);
     cuda::dequant_f16(w, copy->ptr, stream);
-    return true;
 }
 
 const void* CudaBackend::Impl::half_of(const QMatrix& w) const {
@@ -172,7 +170,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     };
     const auto need_gemm = [&](const QMatrix& w, int64_t nt) {
         if (nt < gemm_tokens) return;
-        if (!keep_half(w)) w_halves = std::max(w_halves, size_t(w.n_in * w.n_out));
+        if (!half_of(w)) w_halves = std::max(w_halves, size_t(w.n_in * w.n_out));
         x_halves = std::max(x_halves, size_t(2 * nt * w.n_in));
     };
     const auto need_product = [&](const QMatrix& w, int64_t nt) {
