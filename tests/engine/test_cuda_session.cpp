@@ -250,10 +250,10 @@ TEST(CudaSession, MicroBatchedPrefillMatchesCpu) {
 }
 
 // The GEMM's weights kept as half copies (CudaOptions::half_weights) are the halves it would make before
-// every product: a prompt in passes of 20 tokens (the cuBLAS products: wider than the int8 tensor-core
-// product takes these matrices, mma_tokens = 16) gives the same bits either way, in
-// every layout the copies are made from (Q4_K tiled for a vocabulary of 65536, Q6_K padded, Q8_0, BF16;
-// F16 weights are read in place, never copied).
+// every product: a prompt in passes of 20 tokens (cuBLAS products either way: wider than the int8
+// tensor-core product takes these matrices with or without the copies) gives the same bits, in every
+// layout the copies are made from (Q4_K tiled for a vocabulary of 65536, Q6_K padded, Q8_0, BF16; F16
+// weights are read in place, never copied).
 TEST(CudaSession, HalfWeightCopiesChangeNoBit) {
     MINFER_REQUIRE_GPU();
     const struct {
