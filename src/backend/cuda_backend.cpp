@@ -142,9 +142,8 @@ CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt)
     if (!cuda::mma_fits(w)) return Mma::None;
     const bool wide = w.n_in >= kMmaWideDims && w.n_out >= kMmaWideDims;
     if (!opt.invariant && half_of(w)) {
-        const int64_t int8_to = wide ? opt.mma_tokens
-                                     : std::max(std::min(opt.mma_tokens, kHalfGemmFrom - 1),
-                                                std::min(opt.mma_tokens, gemm_tokens - 1));
+        const int64_t int8_to =
+            std::min(opt.mma_tokens, wide ? INT64_MAX : std::max(kHalfGemmFrom, gemm_tokens) - 1);
         return nt >= 2 && nt <= int8_to ? Mma::Int8 : Mma::None;
     }
     const bool f16 = !opt.invariant && wide && nt <= opt.mma_f16_tokens && cuda::mma_f16_fits(w);
@@ -337,7 +336,6 @@ void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffe
 // Records the segment's kernels into a CUDA graph and launches it.
 void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes,
                                      const NodeBuffers& bufs, Captured& c) {
-    mma_x_holds = {};
     MINFER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
     try {
