@@ -15,7 +15,8 @@
 #   compare  bench/cuda-batched-compare.sh (MODELS, default qwen2.5-7b:Q4_K_M) against llama.cpp, whose
 #            build from carry/peer (../shared/tools/llamacpp-src) starts with the call
 #   prefill  every bin/minfer* : bench -p P -n 0 for each P of PP (default 512,4096) on each BATCH_MODELS
-#            file, with the GEMM's half weight copies and without (MINFER_NO_HALF_WEIGHTS=1)
+#            file, with SWITCH (default MINFER_NO_HALF_WEIGHTS: the GEMM's half weight copies) 0 and 1
+#   peerpp   llama-bench -p P -n 0 -r 3 -ngl 99 of compare's build for each P of PP on each BATCH_MODELS file
 #   serve    bench/serve-compare.sh on SERVE_MODEL (default qwen2.5-7b:Q4_K_M) with bin/minfer and the
 #            llama-server of compare's build, NP 64, -c CTX (default 65536), 128-word prompts, 128
 #            generated, CONC 8,64 (needs carry/serve-load, a copy of ../shared/tools/serve-load)
@@ -36,7 +37,7 @@ D=/tmp/minfer-bench
 mkdir -p $D
 # llama.cpp's build starts with a call that compares or serves, unless an earlier call on this machine
 # started it (the section `peer` starts it alone, for a later call).
-if [[ " $* " =~ " "(compare|serve|peer)" " && -d $R/carry/peer && ! -e /tmp/llamacpp-cuda ]]; then
+if [[ " $* " =~ " "(compare|serve|peer|peerpp)" " && -d $R/carry/peer && ! -e /tmp/llamacpp-cuda ]]; then
   setsid nice -n 10 bash "$R/carry/peer/build-llamacpp.sh" >/dev/null 2>&1 &
 fi
 peer_built() {
@@ -89,12 +90,20 @@ print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg
           [ -x "$b" ] || continue
           for off in 0 1; do
             for p in ${PP//,/ }; do
-              echo "-- $m $b no-half=$off: $(MINFER_NO_HALF_WEIGHTS=$off timeout "$(lim 60)" "$b" bench -m "$f" \
+              echo "-- $m $b ${SWITCH:-MINFER_NO_HALF_WEIGHTS}=$off: $(env "${SWITCH:-MINFER_NO_HALF_WEIGHTS}=$off" \
+                timeout "$(lim 60)" "$b" bench -m "$f" \
                 --device cuda -p "$p" -n 0 -r 3 --json | python3 -c 'import json, sys
 print(" ".join("%s %.0f" % (k, v["mean"]) for k, v in json.load(sys.stdin).items() if k.startswith("pp")))')"
             done
           done
         done
+      done ;;
+    peerpp)
+      peer_built
+      for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
+        f=$(synth "$m")
+        echo "-- $m llama-bench"
+        timeout "$(lim 200)" /tmp/llamacpp-cuda/bin/llama-bench -m "$f" -p "$PP" -n 0 -r 3 -ngl 99 2>&1 | grep -E "pp|error"
       done ;;
     serve)
       f=$(synth "${SERVE_MODEL:-qwen2.5-7b:Q4_K_M}")

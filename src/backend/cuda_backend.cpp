@@ -294,10 +294,17 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                 const cuda::KvSlots at = slots(n);
                 if (!prefill || opt.invariant)
                     return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);
-                if (!at.table) return cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s);
+                const bool mma = opt.mma_attention && cuda::attention_prefill_mma_fits(a, nt) &&
+                                 cuda::attention_prefill_mma_fills(a, nt);
+                const auto tiled = [&](cuda::AttnRows rows) {
+                    if (mma)
+                        return cuda::attention_prefill_mma(in(0), region(m.layer), at, nt, a, out, s, rows);
+                    cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s, rows);
+                };
+                if (!at.table) return tiled(cuda::AttnRows::kAll);
                 // A paged batch: decode tokens row by row, prefill chunks query-tiled.
                 cuda::attention(in(0), region(m.layer), at, nt, a, out, s, cuda::AttnRows::kSingle);
-                cuda::attention_prefill(in(0), region(m.layer), at, nt, a, out, s, cuda::AttnRows::kChunked);
+                tiled(cuda::AttnRows::kChunked);
             },
             [&](const op::KvcacheStore& o) {
                 cuda::kv_store(in(0), in(1), slots(n), g[n.src[0]].shape[1], region(o.layer), s);

@@ -27,7 +27,10 @@ struct CudaOptions {
     bool tiles = true;                   // Q4_K repacked for the tensor cores (MINFER_NO_TILES=1: off)
     bool pad = true;                     // Q6_K blocks padded to 16 bytes (MINFER_NO_PAD=1: off)
     bool gemm_attention = false;  // unpaged prefill attention as cuBLAS products (MINFER_PREFILL_GEMM=1)
-    bool profile = false;         // every node timed alone, a per-op table at exit (MINFER_CUDA_PROFILE=1)
+    // Prefill attention at head_dim 64 and 128 on the f16 tensor cores, each f32 operand as two halves
+    // (cuda::attention_prefill_mma); else the f32 query-tiled kernel (MINFER_F32_PREFILL_ATTN=1).
+    bool mma_attention = true;
+    bool profile = false;  // every node timed alone, a per-op table at exit (MINFER_CUDA_PROFILE=1)
     // Products of 2 to mma_tokens columns (twice that for matrices of 2048 rows and columns or more that
     // the f16 product below does not take) with the matrices cuda::mma_fits takes run on the int8 tensor
     // cores (cuda::matmul_mma); wider ones as dequantization + cuBLAS (MINFER_NO_MMA=1: never on them;

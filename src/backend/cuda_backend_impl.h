@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/buffer_plan.h"
+#include "backend/cuda/attn_prefill_mma.h"
 #include "backend/cuda/cublas_lib.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/nccl_comm.h"

@@ -145,6 +145,7 @@ CudaOptions cuda_options_from_env() {
     o.tiles = !env_flag("MINFER_NO_TILES");
     o.pad = !env_flag("MINFER_NO_PAD");
     o.gemm_attention = env_flag("MINFER_PREFILL_GEMM");
+    o.mma_attention = !env_flag("MINFER_F32_PREFILL_ATTN");
     o.profile = env_flag("MINFER_CUDA_PROFILE");
     // MINFER_MMA_TOKENS=N: the widest product on the tensor cores (measurements of the crossover).
     if (const char* n = std::getenv("MINFER_MMA_TOKENS"); n && std::atoll(n) >= 0)

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_ref.h"
+#include "backend/cuda/attn_prefill_mma.h"
 #include "backend/cuda/ops_cuda.h"
 #include "cuda/cuda_test_util.h"
 
@@ -93,19 +94,23 @@ struct TestRegion {
 // first n_kv rows (at column offset off).
 struct HeadBounds {
     double s_max = 0.0, v_max = 0.0;
+    double q_abs = 0.0, k_abs = 0.0;  // sum_d |q_d|, max_j sum_d |k_jd| (attention_prefill_mma_tol)
 };
 
 inline HeadBounds head_bounds(const float* qh, const cpu::KvRows& rows, int64_t off, int64_t hd,
                               int64_t n_kv) {
     HeadBounds b;
+    for (int64_t d = 0; d < hd; ++d) b.q_abs += std::fabs(double(qh[d]));
     for (int64_t j = 0; j < n_kv; ++j) {
         const float *kj = rows.k_row(j) + off, *vj = rows.v_row(j) + off;
-        double s = 0.0;
+        double s = 0.0, k = 0.0;
         for (int64_t d = 0; d < hd; ++d) {
             s += std::fabs(double(qh[d]) * double(kj[d]));
+            k += std::fabs(double(kj[d]));
             b.v_max = std::max(b.v_max, std::fabs(double(vj[d])));
         }
         b.s_max = std::max(b.s_max, s);
+        b.k_abs = std::max(b.k_abs, k);
     }
     return b;
 }
@@ -163,6 +168,31 @@ inline double attention_prefill_tol(const HeadBounds& b, int64_t hd, int64_t n_k
     return b.v_max * kU * (keys + 6.0 * tiles + 64.0 + (2.0 * double(hd) + 22.0) * double(scale) * b.s_max);
 }
 
+// Budget of one head's output of cuda::attention_prefill_mma (attn_prefill_mma.cu: f32 operands as hi + lo
+// halves, three f16 tensor-core products each, f32 accumulators), in units of u and max|v| over the K =
+// n_kv keys, in T = ceil(K / 64) tiles, with S = scale * max_j sum_d |q_d k_jd| as above:
+// - the halves: x = hi + lo + e with |e| <= 2^-22 |x| = 4u|x| while lo is normal, and |e| <= 2^-25 when
+//   lo is subnormal; lo * lo (<= 4u |x y|) is left out. A score is off by (4 + 4 + 4)u S, plus
+//   0.5u (K1 + scale Q1) from subnormal rests (K1 = max_j sum_d |k_jd|, Q1 = sum_d |q_d|);
+// - the tensor cores (Fasi et al. 2021, "Numerical behavior of NVIDIA tensor cores"): the exact products
+//   of an m16n8k16 step and its accumulator are added aligned to the largest exponent and truncated, so
+//   each of the <= 17 addends loses less than 2u of the largest, whose size is at most the sum of
+//   magnitudes: 34u S per step, 3 hd / 16 steps a score; s - m rounded in the exponent: 2u S. A score off
+//   by ds moves the weighted mean by 2 ds max|v|: 2 (14 + 102 hd / 16) S + K1 + scale Q1;
+// - rescales and expf as attention_prefill_tol's: 4T + 2S + 8;
+// - p as hi + lo: 4u relative either way (8), or 2^-25 absolute (subnormal rest), K/2 over l >= 1;
+// - the sums p v: 34u of sum p|v| <= l max|v| per step, 3 K / 16 steps (6.375 K), T rescales; l: a lane's
+//   16 keys a tile added in order, one FMA a tile, two shuffle adds (K/4 + T + 2); the division and the
+//   reference's rounding: 2.
+// Total 7.125 K + 6T + 20 + (30 + 12.75 hd) S + K1 + scale Q1 roundings of max|v|; budgeted 7.5 K + 6T +
+// 64 + (40 + 13 hd) S + K1 + scale Q1. Worst case: the observed error is a random walk far below it.
+inline double attention_prefill_mma_tol(const HeadBounds& b, int64_t hd, int64_t n_kv, float scale) {
+    const double keys = double(n_kv), tiles = double((n_kv + 63) / 64), s = double(scale) * b.s_max;
+    return b.v_max * kU *
+           (7.5 * keys + 6.0 * tiles + 64.0 + (40.0 + 13.0 * double(hd)) * s + b.k_abs +
+            double(scale) * b.q_abs);
+}
+
 // Runs fn(t) for every t in [0, n) over up to 16 threads (references for long prefills are slow).
 template <class Fn>
 void parallel_rows(int64_t n, const Fn& fn) {
@@ -175,7 +205,34 @@ void parallel_rows(int64_t n, const Fn& fn) {
     for (std::thread& th : pool) th.join();
 }
 
-enum class AttnKernel { Decode, Prefill };  // cuda::attention, cuda::attention_prefill
+// cuda::attention, cuda::attention_prefill, cuda::attention_prefill_mma
+enum class AttnKernel { Decode, Prefill, PrefillMma };
+
+// The kernel's budget for one head (splits: attention_splits, for the decode kernel).
+inline double attention_kernel_tol(AttnKernel kernel, const HeadBounds& b, int64_t hd, int64_t n_kv,
+                                   float scale, int splits) {
+    switch (kernel) {
+        case AttnKernel::Decode:
+            return attention_tol(b, hd, n_kv, scale, splits);
+        case AttnKernel::Prefill:
+            return attention_prefill_tol(b, hd, n_kv, scale);
+        case AttnKernel::PrefillMma:
+            return attention_prefill_mma_tol(b, hd, n_kv, scale);
+    }
+    return 0.0;
+}
+
+inline const char* attention_kernel_name(AttnKernel kernel) {
+    switch (kernel) {
+        case AttnKernel::Decode:
+            return "attention";
+        case AttnKernel::Prefill:
+            return "attention_prefill";
+        case AttnKernel::PrefillMma:
+            return "attention_prefill_mma";
+    }
+    return "";
+}
 
 // Runs attention for queries at `pos` over a fresh random region of n_ctx rows and checks every token
 // and head against attention_ref over the region's rows [0, min(pos[t] + 1, n_ctx)).
@@ -193,11 +250,17 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
     DeviceBuffer<float> dq(q), dout(size_t(nt * row));
     DeviceBuffer<int32_t> dpos(pos);
     fill_nan(dout, nt * row);
-    const bool prefill = kernel == AttnKernel::Prefill;
-    if (prefill)
-        cuda::attention_prefill(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
-    else
-        cuda::attention(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
+    switch (kernel) {
+        case AttnKernel::Decode:
+            cuda::attention(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
+            break;
+        case AttnKernel::Prefill:
+            cuda::attention_prefill(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
+            break;
+        case AttnKernel::PrefillMma:
+            cuda::attention_prefill_mma(dq.get(), reg.view(), dpos.get(), nt, a, dout.get(), nullptr);
+            break;
+    }
     sync();
     Vec want(size_t(nt * row));
     Tol tol(want.size());
@@ -211,12 +274,11 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
             const float* qh = qt + h * hd;
             const int64_t off = (h / group) * hd;
             const HeadBounds b = head_bounds(qh, reg, off, hd, n_kv);
-            const double th = prefill ? attention_prefill_tol(b, hd, n_kv, a.scale)
-                                      : attention_tol(b, hd, n_kv, a.scale, splits);
-            std::fill_n(tol.begin() + t * row + h * hd, hd, th);
+            std::fill_n(tol.begin() + t * row + h * hd, hd,
+                        attention_kernel_tol(kernel, b, hd, n_kv, a.scale, splits));
         }
     });
-    expect_within(dout.download(), want, tol, prefill ? "attention_prefill" : "attention");
+    expect_within(dout.download(), want, tol, attention_kernel_name(kernel));
 }
 
 }  // namespace minfer::test

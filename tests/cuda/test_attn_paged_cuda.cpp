@@ -4,7 +4,8 @@
 // contiguously (bit for bit: addressing is all that differs); the query-tiled prefill kernel, whose tiles
 // of 32 rows then straddle sequences (prefill chunks beside single decode rows), stays within its budget
 // against attention_ref over the sequence's own rows, also when the decode rows of the batch go to the
-// decode kernel and only the chunks to the tiled one (AttnRows). Unused block-table entries point at a block
+// decode kernel and only the chunks to the tiled one (AttnRows); the tensor-core prefill kernel likewise,
+// and its rows' bits do not depend on the rows beside them. Unused block-table entries point at a block
 // of NaN rows, so that reading past a sequence shows.
 #include <gtest/gtest.h>
 
@@ -174,11 +175,19 @@ TEST(CudaPaged, DecodeRowsEqualContiguousOnes) {
     }
 }
 
-// Mixed batches against attention_ref over each sequence's paged rows: the prefill kernel on every row,
+// The tiled prefill kernel `tiled` (AttnKernel::Prefill or PrefillMma) on the batch's rows.
+void run_tiled(AttnKernel tiled, const float* q, const cuda::KvRegion& r, const cuda::KvSlots& at, int64_t nt,
+               const cuda::AttnShape& a, float* out, cuda::AttnRows rows) {
+    if (tiled == AttnKernel::PrefillMma)
+        return cuda::attention_prefill_mma(q, r, at, nt, a, out, nullptr, rows);
+    cuda::attention_prefill(q, r, at, nt, a, out, nullptr, rows);
+}
+
+// Mixed batches against attention_ref over each sequence's paged rows: the tiled kernel on every row,
 // or (split_rows, as the backend runs a paged batch) the decode kernel on the rows alone in their chunk
-// and the prefill kernel on the others, each row within its kernel's budget (rows left out stay NaN).
+// and the tiled kernel on the others, each row within its kernel's budget (rows left out stay NaN).
 void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bool split_rows,
-                         std::mt19937& rng) {
+                         std::mt19937& rng, AttnKernel tiled = AttnKernel::Prefill) {
     const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
     const PagedLayout l = scatter(chunks, 5, 40, rng);
     TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
@@ -193,12 +202,11 @@ void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bo
     std::vector<bool> single(size_t(nt), false);
     if (split_rows) {
         cuda::attention(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr, cuda::AttnRows::kSingle);
-        cuda::attention_prefill(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr,
-                                cuda::AttnRows::kChunked);
+        run_tiled(tiled, dq.get(), reg.view(), at.view(), nt, a, dout.get(), cuda::AttnRows::kChunked);
         size_t t = 0;
         for (const Chunk& ch : chunks) single[t] = ch.n_new == 1, t += size_t(ch.n_new);
     } else {
-        cuda::attention_prefill(dq.get(), reg.view(), at.view(), nt, a, dout.get(), nullptr);
+        run_tiled(tiled, dq.get(), reg.view(), at.view(), nt, a, dout.get(), cuda::AttnRows::kAll);
     }
     sync();
     Vec want(size_t(nt * row));
@@ -211,13 +219,13 @@ void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bo
         cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const HeadBounds hb = head_bounds(qt + h * hd, rows, (h / group) * hd, hd, n_kv);
-            const double th = single[size_t(t)] ? attention_tol(hb, hd, n_kv, a.scale, 1)
-                                                : attention_prefill_tol(hb, hd, n_kv, a.scale);
-            std::fill_n(tol.begin() + t * row + h * hd, hd, th);
+            const AttnKernel k = single[size_t(t)] ? AttnKernel::Decode : tiled;
+            std::fill_n(tol.begin() + t * row + h * hd, hd,
+                        attention_kernel_tol(k, hb, hd, n_kv, a.scale, 1));
         }
     });
     expect_within(dout.download(), want, tol,
-                  split_rows ? "paged attention, rows split" : "paged attention_prefill");
+                  std::string(split_rows ? "paged, rows split, " : "paged ") + attention_kernel_name(tiled));
 }
 
 TEST(CudaPaged, PrefillTilesAcrossSequencesMatchReference) {
@@ -237,7 +245,52 @@ TEST(CudaPaged, PrefillTilesAcrossSequencesMatchReference) {
                          " sequences");
             check_prefill_batch(c, batch, false, rng);
             check_prefill_batch(c, batch, true, rng);
+            if (c.head_dim != 64 && c.head_dim != 128) continue;
+            check_prefill_batch(c, batch, false, rng, AttnKernel::PrefillMma);
+            check_prefill_batch(c, batch, true, rng, AttnKernel::PrefillMma);
         }
+}
+
+// The tensor-core prefill kernel's promise: a row's bits depend on its query and its sequence's keys
+// only. A chunk run alone equals, row for row (memcmp), the same chunk at other offsets of a batch,
+// where its rows share 64-row tiles with other sequences' rows and with decode rows.
+TEST(CudaPaged, MmaPrefillRowsEqualAloneAndInABatch) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4646);
+    const Chunk mine{100, 90};
+    const std::vector<std::vector<Chunk>> batches = {
+        {{0, 40}, mine}, {{5, 1}, {300, 30}, {0, 1}, mine, {64, 7}}, {mine, {2000, 100}}};
+    for (const AttnCase& c : {AttnCase{14, 2, 64}, AttnCase{28, 4, 128}}) {
+        const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
+        const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+        for (const auto& batch : batches) {
+            const auto at = std::find_if(batch.begin(), batch.end(), [&](const Chunk& ch) {
+                return ch.past == mine.past && ch.n_new == mine.n_new;
+            });
+            const size_t s = size_t(at - batch.begin());
+            const PagedLayout l = scatter(batch, 5, 80, rng);
+            TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
+            poison(reg, l);
+            const BatchRows b = batch_rows(batch);
+            const auto nt = int64_t(b.pos.size());
+            const Vec q = uniform(rng, nt * row, -1.0f, 1.0f);
+            const int64_t first = std::find(b.slot.begin(), b.slot.end(), int32_t(s)) - b.slot.begin();
+            BatchRows alone;
+            alone.pos.assign(b.pos.begin() + first, b.pos.begin() + first + mine.n_new);
+            alone.slot.assign(size_t(mine.n_new), int32_t(s));
+            const DeviceSlots all_at(b, l), alone_at(alone, l);
+            DeviceBuffer<float> dq(q), out(size_t(nt * row)), out1(size_t(mine.n_new * row));
+            cuda::attention_prefill_mma(dq.get(), reg.view(), all_at.view(), nt, a, out.get(), nullptr);
+            cuda::attention_prefill_mma(dq.get() + first * row, reg.view(), alone_at.view(), mine.n_new, a,
+                                        out1.get(), nullptr);
+            sync();
+            const Vec got = out.download(), want = out1.download();
+            SCOPED_TRACE("head_dim " + std::to_string(hd) + ", chunk at row " + std::to_string(first));
+            EXPECT_EQ(std::memcmp(got.data() + first * row, want.data(), want.size() * sizeof(float)), 0)
+                << "a row's bits depend on the rows beside it";
+            EXPECT_FALSE(std::isnan(want[0]));
+        }
+    }
 }
 
 // Blocks serving every query head of a KV head give the per-head blocks' bits, row for row: contexts of 1
