@@ -177,7 +177,8 @@ inline double attention_prefill_tol(const HeadBounds& b, int64_t hd, int64_t n_k
 // - the tensor cores (Fasi et al. 2021, "Numerical behavior of NVIDIA tensor cores"): the exact products
 //   of an m16n8k16 step and its accumulator are added aligned to the largest exponent and truncated, so
 //   each of the <= 17 addends loses less than 2u of the largest, whose size is at most the sum of
-//   magnitudes: 34u S per step, 3 hd / 16 steps a score; s - m rounded in the exponent: 2u S. A score off
+//   magnitudes: 34u S per step, 3 hd / 16 steps a score; s - m rounded in the exponent (base 2: log2(e)
+//   folded into the scale, one more rounding, and exp2f's 2 ulp as expf's): 2u S. A score off
 //   by ds moves the weighted mean by 2 ds max|v|: 2 (14 + 102 hd / 16) S + K1 + scale Q1;
 // - rescales and expf as attention_prefill_tol's: 4T + 2S + 8;
 // - p as hi + lo: 4u relative either way (8), or 2^-25 absolute (subnormal rest), K/2 over l >= 1;

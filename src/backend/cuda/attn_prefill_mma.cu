@@ -5,13 +5,14 @@
 // (attention_prefill_mma_tol in the tests) at a fraction of its instructions.
 //
 // A thread block of 4 warps takes 64 consecutive query rows of one query head (16 a warp, the m16 tile)
-// and walks the keys its rows see in tiles of 64. Each tile's K rows are converted into hi and lo halves
-// in shared memory as [key][element], its V rows transposed as [element][key], so that every fragment is
-// one 32-bit load of two neighbouring halves (rows padded by 8 halves: the 8 x 4 lanes of a fragment hit
-// 32 distinct banks). A warp keeps its rows' q * scale as A fragments (hi and lo) in registers. The
-// score accumulators of a tile (16 rows x 64 keys) become the A fragments of the P V product in place
-// (FlashAttention-2's layout), so the probabilities never leave registers; each row's online softmax
-// (running max, sum, rescale once per tile) is joined over the row's four lanes by shuffles. A warp
+// and walks the keys its rows see in tiles of 64. The rows' q * scale * log2(e) (scores in base 2, for
+// exp2f) go to shared memory once as hi and lo halves; each tile's K rows are converted into hi and lo
+// halves as [key][element], its V rows transposed as [element][key]. Every fragment is then one
+// ldmatrix.x4 (hi and lo of an A fragment's or two B fragments' halves); rows are padded by 8 halves, so
+// the 8 rows of a matrix hit distinct banks. The score accumulators of a tile (16 rows x 64 keys) become
+// the A fragments of the P V product in place (FlashAttention-2's layout), so the probabilities never
+// leave registers; each row's online softmax (running max, sum, rescale when a max grows) is joined over
+// the row's four lanes by shuffles, masks applied only on tiles some row of the warp sees in part. A warp
 // skips a tile none of its rows sees (above the diagonal). A block whose rows belong to several
 // sequences (a paged batch) walks each sequence's keys in turn; a row of another sequence sees no key of
 // the pass, so its state is unchanged (its max stays, its rescale is exactly 1, its p exactly 0).
@@ -19,6 +20,10 @@
 // Every row's arithmetic depends only on its own query, its keys and the fixed 64-key tiling from key 0,
 // not on the other rows of its block or the grid: no split of the keys. Values beyond half's range
 // (|x| >= 65520) would overflow; llama.cpp's default f16 KV cache has the same limit on K and V.
+// ptxas (sm_90): 255 registers at head_dim 128 (36 bytes of spill), 189 at 64; 106.5 and 55 KB of shared
+// memory, two blocks an SM. H200, Qwen2.5-7B Q4_K_M pp4096: ncu puts the first version (fragments as
+// 32-bit loads, q in registers) at 1.3 instructions a cycle per SM, 1.7 warps per scheduler, 94% L2
+// hits: latency-bound at this occupancy; this one is 6% faster at model level (bench/PERF-NOTES-GPU.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -45,8 +50,9 @@ constexpr int kVStride = kKeys + kPadH;
 template <int kHd>
 struct Smem {
     static constexpr int kKStride = kHd + kPadH;
-    static constexpr int kKHalves = kKeys * kKStride, kVHalves = kHd * kVStride;
-    static constexpr int kBytes = 2 * (kKHalves + kVHalves) * int(sizeof(__half));
+    static constexpr int kKHalves = kKeys * kKStride, kVHalves = kHd * kVStride, kQHalves = kRows * kKStride;
+    // K hi, K lo, V hi, V lo (each tile), then Q hi, Q lo (once): 106.5 KB at head_dim 128, two blocks an SM
+    static constexpr int kBytes = 2 * (kKHalves + kVHalves + kQHalves) * int(sizeof(__half));
 };
 
 struct MmaArgs {
@@ -64,6 +70,24 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         "{%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 matrices of halves from shared memory: lanes 8i..8i+7 give the row addresses of matrix i
+// (16-byte aligned), and lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of each, in r[i]:
+// an m16n8k16 B fragment's b0 and b1 from two matrices of rows = n, columns = k.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* row) {
+    const auto a = unsigned(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// This lane's row address for ldmatrix_x4 of the B fragments (hi: b0, b1; lo: b0, b1) of an n8 x k16
+// block of a matrix stored as rows of n, `stride` halves apart, hi at `hi` and lo at `lo`: matrix i of
+// the four is (hi, hi, lo, lo)[i] at columns 8 (i % 2) on; the block's own offset is added by the caller.
+__device__ __forceinline__ const __half* fragment_row(const __half* hi, const __half* lo, int stride) {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    return (m < 2 ? hi : lo) + (lane % 8) * stride + 8 * (m % 2);
 }
 
 // x0 and x1 as two halves each: hi (x0 in the low 16 bits) and lo, the rests x - hi rounded again.
@@ -183,30 +207,33 @@ __device__ void load_tile(const MmaArgs& p, const int32_t* blocks, int64_t col, 
     }
 }
 
-// A warp's state: its rows' q * scale as A fragments (hi, lo), each of its lane's two rows' (g, g + 8)
-// running max and share of the sum, and the output accumulators (kHd / 8 n8 tiles).
+// A warp's state: each of its lane's two rows' (g, g + 8) running max and share of the sum, and the
+// output accumulators (kHd / 8 n8 tiles).
 template <int kHd>
 struct WarpRows {
-    uint32_t qh[kHd / 16][4], ql[kHd / 16][4];
     float m[2], l[2], o[kHd / 8][4];
 };
 
+// The warp's 16 rows of q * scale * log2(e) (scores in base 2: the softmax takes exp2f) into shared
+// memory as hi and lo halves, rows past nt zero; its state reset.
 template <int kHd>
-__device__ void load_q(const MmaArgs& p, int64_t t0, int64_t h, WarpRows<kHd>& w) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int64_t r0 = t0 + threadIdx.x / 32 * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kHd / 16; ++kk)
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {  // a[f]: row g + 8 (f % 2), elements 16 kk + 8 (f / 2) + 2t, + 1
-            const int64_t row = r0 + 8 * (f % 2);
-            float2 x = make_float2(0.0f, 0.0f);
-            if (row < p.nt) {
-                const float* src = p.q + row * p.a.q_stride + h * kHd + 16 * kk + 8 * (f / 2) + 2 * t;
-                x = make_float2(src[0] * p.a.scale, src[1] * p.a.scale);
-            }
-            split2(x.x, x.y, w.qh[kk][f], w.ql[kk][f]);
+__device__ void load_q(const MmaArgs& p, int64_t t0, int64_t h, __half* qs, WarpRows<kHd>& w) {
+    using S = Smem<kHd>;
+    const int lane = threadIdx.x % 32, first = threadIdx.x / 32 * 16;
+    const float scale = p.a.scale * 1.44269504088896341f;
+    uint32_t* qh = reinterpret_cast<uint32_t*>(qs);
+    uint32_t* ql = qh + S::kQHalves / 2;
+    for (int i = lane; i < 16 * kHd / 2; i += 32) {
+        const int r = first + i / (kHd / 2), c = i % (kHd / 2);
+        const int64_t row = t0 + r;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (row < p.nt) {
+            const float* src = p.q + row * p.a.q_stride + h * kHd + 2 * c;
+            x = make_float2(src[0] * scale, src[1] * scale);
         }
+        split2(x.x, x.y, qh[(r * S::kKStride) / 2 + c], ql[(r * S::kKStride) / 2 + c]);
+    }
+    __syncwarp();
 #pragma unroll
     for (int r = 0; r < 2; ++r) w.m[r] = -INFINITY, w.l[r] = 0.0f;
 #pragma unroll
@@ -215,31 +242,48 @@ __device__ void load_q(const MmaArgs& p, int64_t t0, int64_t h, WarpRows<kHd>& w
         for (int e = 0; e < 4; ++e) w.o[n][e] = 0.0f;
 }
 
-// s = (q * scale) . k for the warp's 16 rows and the tile's 64 keys (n8 tile n: keys 8n..8n + 7).
+// This lane's row address for ldmatrix_x4 of the warp's A fragment (a0..a3) of k16 block 0 of the Q halves
+// at `q`: matrix i is rows 8 (i % 2).., columns 8 (i / 2)..
 template <int kHd>
-__device__ void score_tile(const WarpRows<kHd>& w, const __half* sh, float (&s)[kKeys / 8][4]) {
+__device__ __forceinline__ const __half* q_row(const __half* q) {
+    const int lane = threadIdx.x % 32;
+    return q + (threadIdx.x / 32 * 16 + lane % 8 + 8 * (lane / 8 % 2)) * Smem<kHd>::kKStride +
+           8 * (lane / 16);
+}
+
+// s = (q * scale * log2(e)) . k for the warp's 16 rows and the tile's 64 keys (n8 tile n: keys 8n..8n + 7).
+template <int kHd>
+__device__ void score_tile(const __half* sh, float (&s)[kKeys / 8][4]) {
     using S = Smem<kHd>;
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const uint32_t* kh = reinterpret_cast<const uint32_t*>(sh);
-    const uint32_t* kl = kh + S::kKHalves / 2;
+    const __half* row = fragment_row(sh, sh + S::kKHalves, S::kKStride);
+    const __half* qrow = q_row<kHd>(sh + 2 * (S::kKHalves + S::kVHalves));
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < kHd / 16; ++kk)
+#pragma unroll
+    for (int kk = 0; kk < kHd / 16; ++kk) {
+        uint32_t qh[4], ql[4];
+        ldmatrix_x4(qh, qrow + 16 * kk);
+        ldmatrix_x4(ql, qrow + S::kQHalves + 16 * kk);
 #pragma unroll
         for (int n = 0; n < kKeys / 8; ++n) {
-            const int w0 = ((8 * n + g) * S::kKStride + 16 * kk + 2 * t) / 2;
-            mma3(s[n], w.qh[kk], w.ql[kk], kh[w0], kh[w0 + 4], kl[w0], kl[w0 + 4]);
+            uint32_t b[4];
+            ldmatrix_x4(b, row + 8 * n * S::kKStride + 16 * kk);
+            mma3(s[n], qh, ql, b[0], b[1], b[2], b[3]);
         }
+    }
 }
 
-// The tile's online-softmax step for the lane's rows (keys j >= lim[r] masked to -inf): s becomes p in
-// place; sums and outputs are rescaled by expf(m_old - m_new) (a row without a key yet keeps p = 0).
+// The tile's online-softmax step for the lane's rows (keys j >= lim[r] masked to -inf where the warp's
+// rows see only part of the tile): s becomes p = exp2(s - m) in place; sums and outputs are rescaled by
+// exp2(m_old - m_new) when some row's max grew (a row without a key yet keeps p = 0).
 template <int kHd>
-__device__ void softmax_tile(float (&s)[kKeys / 8][4], WarpRows<kHd>& w, const int (&lim)[2], int j0) {
+__device__ void softmax_tile(float (&s)[kKeys / 8][4], WarpRows<kHd>& w, const int (&lim)[2], int lo,
+                             int j0) {
     const int t = threadIdx.x % 4;
+    float corr[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float mt = -INFINITY;
@@ -248,13 +292,13 @@ __device__ void softmax_tile(float (&s)[kKeys / 8][4], WarpRows<kHd>& w, const i
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 float& x = s[n][2 * r + e];
-                if (j0 + 8 * n + 2 * t + e >= lim[r]) x = -INFINITY;
+                if (j0 + kKeys > lo && j0 + 8 * n + 2 * t + e >= lim[r]) x = -INFINITY;
                 mt = fmaxf(mt, x);
             }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
         const float m_new = fmaxf(w.m[r], mt), base = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = expf(w.m[r] - base);
+        corr[r] = exp2f(w.m[r] - base);
         w.m[r] = m_new;
         float sum = 0.0f;
 #pragma unroll
@@ -262,22 +306,24 @@ __device__ void softmax_tile(float (&s)[kKeys / 8][4], WarpRows<kHd>& w, const i
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 float& x = s[n][2 * r + e];
-                x = expf(x - base);
+                x = exp2f(x - base);
                 sum += x;
             }
-        w.l[r] = fmaf(w.l[r], corr, sum);
-#pragma unroll
-        for (int n = 0; n < kHd / 8; ++n) w.o[n][2 * r] *= corr, w.o[n][2 * r + 1] *= corr;
+        w.l[r] = fmaf(w.l[r], corr[r], sum);
     }
+    if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;  // o * 1 is o
+#pragma unroll
+    for (int n = 0; n < kHd / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w.o[n][e] *= corr[e / 2];
 }
 
 // o += p v over the tile's keys: the score tiles 2kk and 2kk + 1 are the A fragment of keys 16kk..16kk+15.
 template <int kHd>
 __device__ void accumulate_tile(const float (&s)[kKeys / 8][4], const __half* sh, WarpRows<kHd>& w) {
     using S = Smem<kHd>;
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const uint32_t* vh = reinterpret_cast<const uint32_t*>(sh) + S::kKHalves;
-    const uint32_t* vl = vh + S::kVHalves / 2;
+    const __half* vt = sh + 2 * S::kKHalves;
+    const __half* row = fragment_row(vt, vt + S::kVHalves, kVStride);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
         uint32_t ah[4], al[4];
@@ -287,8 +333,9 @@ __device__ void accumulate_tile(const float (&s)[kKeys / 8][4], const __half* sh
         split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
 #pragma unroll
         for (int n = 0; n < kHd / 8; ++n) {
-            const int w0 = ((8 * n + g) * kVStride + 16 * kk + 2 * t) / 2;
-            mma3(w.o[n], ah, al, vh[w0], vh[w0 + 4], vl[w0], vl[w0 + 4]);
+            uint32_t b[4];
+            ldmatrix_x4(b, row + 8 * n * kVStride + 16 * kk);
+            mma3(w.o[n], ah, al, b[0], b[1], b[2], b[3]);
         }
     }
 }
@@ -328,20 +375,21 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_mma_kernel(MmaA
     __syncthreads();
     const bool served[2] = {rt.slot[row0] >= 0, rt.slot[row0 + 8] >= 0};
     WarpRows<kHd> w;
-    load_q<kHd>(p, t0, h, w);
+    load_q<kHd>(p, t0, h, sh + 2 * (Smem<kHd>::kKHalves + Smem<kHd>::kVHalves), w);
     for (next_pass(rt); rt.seq >= 0; next_pass(rt)) {
         const int seq = rt.seq, hi = rt.hi;
         const int lim[2] = {rt.slot[row0] == -2 - seq ? rt.n[row0] : 0,
                             rt.slot[row0 + 8] == -2 - seq ? rt.n[row0 + 8] : 0};
         const int32_t* blocks = p.at.table ? p.at.table + int64_t(seq) * p.at.max_blocks : nullptr;
+        const int lo = __reduce_min_sync(0xffffffffu, min(lim[0], lim[1]));  // every row sees keys [0, lo)
         for (int j0 = 0; j0 < hi; j0 += kKeys) {
             __syncthreads();  // every warp is done with the previous tile
             load_tile<kHd>(p, blocks, col, j0, hi, sh);
             __syncthreads();
             if (!__any_sync(0xffffffffu, lim[0] > j0 || lim[1] > j0)) continue;  // none of the warp's rows
             float s[kKeys / 8][4];
-            score_tile<kHd>(w, sh, s);
-            softmax_tile<kHd>(s, w, lim, j0);
+            score_tile<kHd>(sh, s);
+            softmax_tile<kHd>(s, w, lim, lo, j0);
             accumulate_tile<kHd>(s, sh, w);
         }
     }
