@@ -21,7 +21,9 @@
 #            llama-server of compare's build, NP 64, -c CTX (default 65536), 128-word prompts, 128
 #            generated, CONC 8,64 (needs carry/serve-load, a copy of ../shared/tools/serve-load)
 # The synthetic files take VOCAB's tokenizer (default the embedded mini's; the server's text needs a real
-# one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf). compare and serve run
+# one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf). A file is written once
+# per machine and named by preset and type only: a VOCAB other than the one it was written with is
+# ignored, so remove /tmp/minfer-bench/PRESET-TYPE.gguf when an earlier call wrote it with another. compare and serve run
 # bin/minfer: AS_MINFER=NAME makes it a copy of bin/NAME after unpacking (every call unpacks again).
 set -uo pipefail
 R=$PWD W=${W:-/tmp/w} BUDGET=${BUDGET:-540} T0=$(date +%s)

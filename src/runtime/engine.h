@@ -35,8 +35,8 @@ constexpr int64_t kDefaultKvBlock = 32;
 
 cpu::DecodeDot decode_dot_from_env();
 // The CUDA backend's measurement switches (MINFER_NO_CUDA_GRAPH, MINFER_NO_TILES, MINFER_NO_PAD,
-// MINFER_PREFILL_GEMM, MINFER_CUDA_PROFILE, MINFER_NO_MMA, MINFER_NO_HALF_WEIGHTS); decode_x and invariant
-// come from EngineParams.
+// MINFER_PREFILL_GEMM, MINFER_F32_PREFILL_ATTN, MINFER_CUDA_PROFILE, MINFER_NO_MMA, MINFER_NO_HALF_WEIGHTS);
+// decode_x and invariant come from EngineParams.
 CudaOptions cuda_options_from_env();
 
 struct EngineParams {
