@@ -1,7 +1,8 @@
 // Helpers of the CUDA op tests and the attention kernels' check against attention_ref, shared by
-// test_ops_cuda.cpp (the decode kernel, cuda::attention) and test_attn_prefill_cuda.cpp (the query-tiled
-// prefill kernel, cuda::attention_prefill): random data, budgeted comparisons, a random KV region, and
-// each kernel's error budget, derived from its order of f32 roundings (u = 2^-24).
+// test_ops_cuda.cpp (the decode kernel, cuda::attention), test_attn_prefill_cuda.cpp (the query-tiled
+// prefill kernels, cuda::attention_prefill and cuda::attention_prefill_mma) and test_attn_paged_cuda.cpp:
+// random data, budgeted comparisons, a random KV region, and each kernel's error budget, derived from its
+// order of roundings (u = 2^-24).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
