@@ -34,7 +34,8 @@ bool GraphCache::tripwire_enabled() {
 #ifndef NDEBUG
     return true;
 #else
-    return env_flag("MINFER_GRAPH_TRIPWIRE");
+    static const bool on = env_flag("MINFER_GRAPH_TRIPWIRE");  // read once: activate asks every step
+    return on;
 #endif
 }
 

@@ -25,7 +25,8 @@ class GraphCache {
     // Throws Error describing the first difference when `rebuilt` differs from the graph cached for `p`
     // (or when none is).
     void verify_structural(const GraphParams& p, const ComputeGraph& rebuilt);
-    // Whether callers should run the tripwire: on in debug builds and when MINFER_GRAPH_TRIPWIRE=1.
+    // Whether callers should run the tripwire: on in debug builds and when MINFER_GRAPH_TRIPWIRE=1 (read
+    // once).
     static bool tripwire_enabled();
 
   private:
