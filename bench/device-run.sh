@@ -21,9 +21,8 @@
 #            llama-server of compare's build, NP 64, -c CTX (default 65536), 128-word prompts, 128
 #            generated, CONC 8,64 (needs carry/serve-load, a copy of ../shared/tools/serve-load)
 # The synthetic files take VOCAB's tokenizer (default the embedded mini's; the server's text needs a real
-# one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf). A file is written once
-# per machine and named by preset and type only: a VOCAB other than the one it was written with is
-# ignored, so remove /tmp/minfer-bench/PRESET-TYPE.gguf when an earlier call wrote it with another. compare and serve run
+# one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf), written once per
+# machine and vocabulary under /tmp/minfer-bench/VOCAB-NAME/ (compare's files too). compare and serve run
 # bin/minfer: AS_MINFER=NAME makes it a copy of bin/NAME after unpacking (every call unpacks again).
 set -uo pipefail
 R=$PWD W=${W:-/tmp/w} BUDGET=${BUDGET:-540} T0=$(date +%s)
@@ -35,8 +34,9 @@ tar xJf "$R/carry/pack.tar.xz"
 [ -n "${AS_MINFER:-}" ] && cp "bin/$AS_MINFER" bin/minfer
 export LD_LIBRARY_PATH=$W/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
 export PATH=/usr/local/cuda/bin:$PATH
-D=/tmp/minfer-bench
-mkdir -p $D
+VOCAB=$R/${VOCAB:-models/qwen2-mini-Q8_0.gguf}
+D=/tmp/minfer-bench/$(basename "$VOCAB" .gguf)
+mkdir -p "$D"
 # llama.cpp's build starts with a call that compares or serves, unless an earlier call on this machine
 # started it (the section `peer` starts it alone, for a later call).
 if [[ " $* " =~ " "(compare|serve|peer|peerpp)" " && -d $R/carry/peer && ! -e /tmp/llamacpp-cuda ]]; then
@@ -49,7 +49,7 @@ peer_built() {
 # The file of PRESET:TYPE $1, written with minfer-synth when missing.
 synth() {
   local f=$D/${1%%:*}-${1##*:}.gguf
-  [ -f "$f" ] || bin/minfer-synth --vocab "$R/${VOCAB:-models/qwen2-mini-Q8_0.gguf}" "${1%%:*}" "${1##*:}" "$f" >/dev/null
+  [ -f "$f" ] || bin/minfer-synth --vocab "$VOCAB" "${1%%:*}" "${1##*:}" "$f" >/dev/null
   echo "$f"
 }
 PP=${PP:-512,4096}
@@ -84,7 +84,8 @@ print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg
     peer) ;;
     compare)
       peer_built
-      BIN=bin timeout "$(lim 300)" bash "$R/bench/cuda-batched-compare.sh" ${MODELS:-qwen2.5-7b:Q4_K_M} ;;
+      BIN=bin DIR=$D VOCAB=$VOCAB timeout "$(lim 300)" bash "$R/bench/cuda-batched-compare.sh" \
+        ${MODELS:-qwen2.5-7b:Q4_K_M} ;;
     prefill)
       for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
         f=$(synth "$m")
