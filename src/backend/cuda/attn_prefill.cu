@@ -120,11 +120,7 @@ __device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0, unsigned& todo
     const int64_t t = t0 + lane, first = t0 + __ffs(todo) - 1;
     const bool member = (todo >> lane & 1u) && (!p.at.table || p.at.slot[t] == p.at.slot[first]);
     todo &= ~__ballot_sync(0xffffffffu, member);
-    int n = 0;
-    if (member) {
-        const int64_t limit = int64_t(p.at.pos[t]) + 1, cap = seq_capacity(p.at, p.r);
-        n = int(limit < 0 ? 0 : limit < cap ? limit : cap);
-    }
+    const int n = member ? keys_seen(p.at, p.r, t) : 0;
     BlockKeys k;
     k.rows = __ballot_sync(0xffffffffu, member);
     k.blocks = seq_blocks(p.at, first);

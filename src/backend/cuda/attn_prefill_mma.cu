@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_sync.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {
@@ -65,13 +66,6 @@ struct MmaArgs {
     AttnRows rows;
 };
 
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Four 8 x 8 matrices of halves from shared memory: lanes 8i..8i+7 give the row addresses of matrix i
 // (16-byte aligned), and lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of each, in r[i]:
 // an m16n8k16 B fragment's b0 and b1 from two matrices of rows = n, columns = k.
@@ -102,9 +96,9 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_
 // c += a * b for operands carried as hi and lo halves: the two small products first.
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
                                      uint32_t b0h, uint32_t b1h, uint32_t b0l, uint32_t b1l) {
-    mma16816(c, al, b0h, b1h);
-    mma16816(c, ah, b0l, b1l);
-    mma16816(c, ah, b0h, b1h);
+    mma_f16(c, al, b0h, b1h);
+    mma_f16(c, ah, b0l, b1l);
+    mma_f16(c, ah, b0h, b1h);
 }
 
 // The block's rows: for each of its kRows rows the sequence slot (-1: not served; 0 for every row when
@@ -118,13 +112,8 @@ __device__ void fill_rows(const MmaArgs& p, int64_t t0, RowTable& rt) {
     for (int i = threadIdx.x; i < kRows; i += kThreads) {
         const int64_t t = t0 + i;
         const bool served = t < p.nt && serves_row(p.rows, p.at, t, p.nt);
-        int n = 0;
-        if (served) {
-            const int64_t limit = int64_t(p.at.pos[t]) + 1, cap = seq_capacity(p.at, p.r);
-            n = int(limit < 0 ? 0 : limit < cap ? limit : cap);
-        }
         rt.slot[i] = served ? (p.at.table ? p.at.slot[t] : 0) : -1;
-        rt.n[i] = n;
+        rt.n[i] = served ? keys_seen(p.at, p.r, t) : 0;
     }
 }
 

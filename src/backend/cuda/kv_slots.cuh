@@ -23,6 +23,13 @@ __device__ __forceinline__ int64_t seq_capacity(const KvSlots& at, const KvRegio
     return at.table ? int64_t(at.max_blocks) << at.block_shift : r.n_ctx;
 }
 
+// The keys token t sees: rows [0, pos[t]] of its sequence, at most its capacity (none for a negative
+// position).
+__device__ __forceinline__ int keys_seen(const KvSlots& at, const KvRegion& r, int64_t t) {
+    const int64_t limit = int64_t(at.pos[t]) + 1, cap = seq_capacity(at, r);
+    return int(limit < 0 ? 0 : limit < cap ? limit : cap);
+}
+
 // The slot token t's own K and V go to, or -1 when its position is outside its sequence's capacity.
 __device__ __forceinline__ int64_t own_slot(const KvSlots& at, const KvRegion& r, int64_t t) {
     const int64_t p = at.pos[t];

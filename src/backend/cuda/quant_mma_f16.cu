@@ -25,6 +25,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/quant_mma.h"
 #include "backend/cuda/quant_mma_common.cuh"
 #include "backend/cuda/quant_mma_f16.h"
@@ -90,13 +91,6 @@ __device__ __forceinline__ uint32_t dequant2(uint32_t lv, int i, __half2 ws2, __
     const __half2 level = __hsub2(*reinterpret_cast<const __half2*>(&biased), offset);
     const __half2 h = __hfma2(level, ws2, nwm2);
     return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // The A fragments of one m16 tile's 32-element block: a[q] for elements 8t + 4q..8t + 4q + 3, from the
