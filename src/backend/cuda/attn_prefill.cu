@@ -472,10 +472,6 @@ int prefill_splits(const AttnShape& a, int64_t nt, int64_t n_ctx) {
                                    std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, fed))));
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void attention_prefill(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt, const AttnShape& a,

@@ -251,7 +251,6 @@ __device__ void score_tile(const __half* sh, float (&s)[kKeys / 8][4]) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
-#pragma unroll
     for (int kk = 0; kk < kHd / 16; ++kk) {
         uint32_t qh[4], ql[4];
         ldmatrix_x4(qh, qrow + 16 * kk);
@@ -416,8 +415,7 @@ void attention_prefill_mma(const float* q, const KvRegion& r, const KvSlots& at,
     if (!attention_prefill_mma_fits(a, nt))
         throw Error("CUDA attention_prefill_mma: unsupported head layout (head_dim " +
                     std::to_string(a.head_dim) + ", " + std::to_string(nt) + " rows)");
-    if (r.n_embd % 4 != 0 || reinterpret_cast<uintptr_t>(r.k) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(r.v) % 16 != 0 || r.n_ctx > INT32_MAX)
+    if (r.n_embd % 4 != 0 || !aligned16(r.k) || !aligned16(r.v) || r.n_ctx > INT32_MAX)
         throw Error("CUDA attention_prefill_mma: KV rows not 16-byte aligned or region too long");
     const MmaArgs p{q, r, at, out, a, nt, rows};
     if (a.head_dim == 64) return launch_mma<64>(p, s);

@@ -27,6 +27,11 @@ bool block_clusters();
 // Warps that fill the current device: 32 per SM. Read once.
 int64_t gpu_warps();
 
+// Whether p lies on a 16-byte boundary (the kernels' vector loads and cp.async need it).
+inline bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 }  // namespace minfer::cuda
 
 #define MINFER_CUDA_CHECK(call) ::minfer::cuda::check(static_cast<int>(call), #call)
