@@ -5,7 +5,8 @@
 # then splits the timeline into steps at the host's copies between them and prints, per kernel and
 # launch shape, its share of the critical path: the time from the previous kernel's end to its own end.
 # Also the step's wall time (boundary copy to boundary copy) against its kernel span: the difference
-# is the host, the launch and the copies. CUPTI slows the host side, so the wall time here exceeds `minfer bench`'s.
+# is the host, the launch and the copies, whose count, bytes and time per step it prints by direction.
+# CUPTI slows the host side, so the wall time here exceeds `minfer bench`'s.
 # Usage: bench/cuda-timeline.sh MODEL.gguf [N (tokens, default 64)]
 # Env: BIN (folder holding minfer and the library, default build), TOP (rows shown, default 16),
 # B (sequences decoding together, default 1: with B > 1 each first prefills P tokens, default 128; the
@@ -53,6 +54,13 @@ wall = statistics.median(us(c[1] - p[1]) for p, c, _ in steps)
 span = statistics.median(us(ks[-1][1] - ks[0][0]) for _, _, ks in steps)
 print(f"{len(steps)} steps, {len(steps[0][2])} kernels each; median per step: wall {wall:.1f} us, "
       f"kernel span {span:.1f} us")
+kinds = {1: "host to device", 2: "device to host"}
+for kind, label in kinds.items():  # the copies from a step's first boundary copy to the next
+    per = [[r for r in rows if r[2] == "M" and r[4] == kind and p[0] <= r[0] < c[0]] for p, c, _ in steps]
+    if any(per):
+        print(f"copies {label} per step (median): {statistics.median(len(x) for x in per):g}, "
+              f"{statistics.median(sum(r[3] for r in x) for x in per) / 1e6:.3f} MB, "
+              f"{statistics.median(sum(us(r[1] - r[0]) for r in x) for x in per):.1f} us")
 share, calls = collections.defaultdict(float), collections.Counter()
 for _, _, ks in steps:
     last = ks[0][0]

@@ -8,7 +8,8 @@
 #   engine   bin/test_engine's CUDA goldens, batch, session and invariance tests (needs DATA=1's archive)
 #   mma      every bin/bench_cuda_mma* at 20 iterations, 32 and 64 columns
 #   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
-#            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved)
+#            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved);
+#            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are)
 #   timeline bench/cuda-timeline.sh with B=${TL_B:-8} on TL_MODEL (default qwen2.5-0.5b:Q4_K_M); needs
 #            libminfer_cuda_timeline.so packed beside bin/minfer
 #   peer     nothing: starts llama.cpp's build (carry/peer) for compare or serve in a later call
@@ -69,10 +70,11 @@ for section in "$@"; do
       for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
         f=$(synth "$m")
         for ((i = 0; i < ${ROUNDS:-2}; ++i)); do
-          for b in bin/minfer bin/minfer_*; do
-            [ -x "$b" ] || continue
-            echo "-- $m $b: $(timeout "$(lim 60)" "$b" bench -m "$f" --device cuda --parallel "${B:-24,32,64}" \
-              -p 128 -n 128 --json | python3 -c 'import json, sys
+          for b in bin/minfer bin/minfer_* ${SWITCH:+"$SWITCH=1 bin/minfer"}; do
+            [ -x "${b#* }" ] || continue
+            e=; [[ $b == *" "* ]] && e=${b% *}
+            echo "-- $m $b: $(env $e timeout "$(lim 60)" "${b#* }" bench -m "$f" --device cuda \
+              --parallel "${B:-24,32,64}" -p 128 -n 128 --json | python3 -c 'import json, sys
 rows = map(json.loads, sys.stdin)
 print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg"]) for r in rows))')"
           done

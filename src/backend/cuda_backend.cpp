@@ -101,7 +101,7 @@ void CudaBackend::download(const NodeBuffers& bufs, NodeId id, int64_t n_floats)
 // by keep_half, else dequantized here; f32 for F32 weights) and one cuBLAS GEMM. Weights that are exact in
 // half (F16, BF16) get their activations split into two halves, hi and lo, so that the product keeps f32
 // accuracy.
-void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y) {
+void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float* y, XNode x_node) {
     const float one = 1.0f, zero = 0.0f;
     const int m = int(w.n_out), n = int(nt), k = int(w.n_in);
     if (w.type == GgmlType::F32) {
@@ -114,7 +114,11 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
     void* lo = exact_in_half(w.type) ? gemm_x.as<uint16_t>() + nt * w.n_in : nullptr;
     const void* wh = half_of(w);
     if (!wh) cuda::dequant_f16(w, gemm_w.ptr, stream);
-    cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
+    // gate and up (and Q|K and V apart) read one x: its halves are split once.
+    if (x_node.node < 0 || x_node != gemm_x_holds || (lo && !gemm_x_lo))
+        cuda::split_f16(x, hi, lo, nt * w.n_in, stream);
+    gemm_x_holds = x_node;
+    gemm_x_lo = lo != nullptr;
     for (void* part : {hi, lo}) {
         if (!part) continue;
         blas_check(cuda::cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, wh ? wh : gemm_w.ptr,
@@ -179,7 +183,7 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
         return cuda::matvec_x8(w, x8.ptr, y, bias, res, stream);
     }
     if (nt < gemm_tokens) return cuda::matvec(w, x, nt, y, bias, res, stream);
-    gemm(w, x, nt, y);
+    gemm(w, x, nt, y, x_node);
     if (bias) cuda::add_bias(y, bias, w.n_out, nt, stream);
     if (res) cuda::add(y, res, y, w.n_out * nt, stream);
 }
@@ -254,8 +258,18 @@ void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, co
                "attention values");
 }
 
+void* CudaBackend::Impl::half_out(const ComputeGraph& g, const CNode& n) {
+    if (size_t(n.id) >= half_x.size() || !half_x[size_t(n.id)]) return nullptr;
+    gemm_x_holds = {g.uid, n.id};
+    gemm_x_lo = false;
+    return gemm_x.ptr;
+}
+
+// The quantized and half x (mma_x, gemm_x) stay claimed across products and the nodes that fill them;
+// any other node forgets them.
 void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
-    if (!std::holds_alternative<op::MatMul>(n.op)) mma_x_holds = {};
+    if (!std::holds_alternative<meta::MatMul>(n.meta) && !std::holds_alternative<meta::FusedQkv>(n.meta))
+        mma_x_holds = gemm_x_holds = {};
     float* out = dev(n.id);
     auto in = [&](size_t i) { return dev(n.src[i]); };
     const int64_t d = n.shape[0], nt = n.shape[1], numel = n.n_elements();
@@ -268,7 +282,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                 cuda::get_rows_f32(in(0), d, ids(n.src[1]), nt, out, s);
             },
             [&](const op::RmsNorm& o) {
-                cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, d, nt, o.eps, s);
+                cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, d, nt, o.eps, s,
+                               half_out(g, n));
             },
             [&](const op::QkNorm& o) {
                 cuda::rms_norm(in(0), vec(std::get<meta::Weight>(n.meta).weight), out, o.hd, nt * o.nh, o.eps,
@@ -312,7 +327,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::Add&) { cuda::add(in(0), in(1), out, numel, s); },
             [&](const op::Mul&) { cuda::mul(in(0), in(1), out, numel, s); },
             [&](const op::Silu&) { cuda::silu(in(0), out, numel, s); },
-            [&](const op::SwiGLU&) { cuda::swiglu(in(0), in(1), out, numel, s); },
+            [&](const op::SwiGLU&) { cuda::swiglu(in(0), in(1), out, numel, s, half_out(g, n)); },
             [&](const op::ArgMax&) {
                 cuda::argmax_rows(in(0), g[n.src[0]].shape[0], d, reinterpret_cast<int32_t*>(out), s);
             },
@@ -336,7 +351,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
 }
 
 void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
-    impl_->mma_x_holds = {};  // a node alone: its x may have been computed again since
+    impl_->mma_x_holds = impl_->gemm_x_holds = {};  // a node alone: its x may have been computed again since
     impl_->run(g, n, bufs);
 }
 
@@ -363,7 +378,7 @@ void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const Node
 void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes,
                                   const NodeBuffers& bufs, bool reusable) {
     Impl& im = *impl_;
-    im.mma_x_holds = {};
+    im.mma_x_holds = im.gemm_x_holds = {};
     if (im.profile) {
         for (NodeId id : nodes) im.run_profiled(g, g[id], bufs);
         return;

@@ -45,6 +45,9 @@ struct CudaOptions {
     // where free memory allows, instead of dequantized before every product: the same halves, so the same
     // bits (MINFER_NO_HALF_WEIGHTS=1: off). F16 weights are read in place either way.
     bool half_weights = true;
+    // A batch's outputs (logits of many rows, argmax ids) written by their kernels straight into pinned
+    // host memory rather than copied after the graph (MINFER_NO_HOST_OUTPUTS=1: copied).
+    bool host_outputs = true;
     // Batch-invariant arithmetic (--deterministic): every product of a matrix cuda::mma_fits takes runs on
     // the tensor cores whatever its width (one column too), the other matrices' products column by column,
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its

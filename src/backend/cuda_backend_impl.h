@@ -121,8 +121,13 @@ struct CudaBackend::Impl {
     // Which node's values mma_x holds quantized (cuda::quantize_x_mma), so that the products that follow
     // with the same x (Q|K|V and V apart, gate and up) read them instead of quantizing again. A node is
     // computed once per run and stays live until its last product; run() forgets the node at every node
-    // that is no product, and each segment starts without it.
+    // that is no product (a MatMul or a fused QKV), and each segment starts without it.
     XNode mma_x_holds;
+    XNode gemm_x_holds;      // the same for the GEMM's half x (gemm_x), split once for both
+    bool gemm_x_lo = false;  // gemm_x holds its lo halves too
+    // By node: a GEMM over half weights (not exact in half) reads its values, so its producer, where it
+    // is an RMSNorm or SwiGLU, writes their hi halves into gemm_x itself (reserve_scratch).
+    std::vector<bool> half_x;
     DeviceBuffer gather;      // NCCL's rank-major all-gather result before cuda::interleave_ranks
     float* pinned = nullptr;  // the executor's host arena, page-locked for fast transfers
     int64_t pinned_floats = 0;
@@ -247,9 +252,10 @@ struct CudaBackend::Impl {
     }
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 XNode x_node = {});
-    void gemm(const QMatrix& w, const float* x, int64_t nt, float* y);
-    void keep_half(const QMatrix& w);              // makes w's half copy for the GEMM where it may
-    const void* half_of(const QMatrix& w) const;   // that copy (F16: w itself), or null
+    void gemm(const QMatrix& w, const float* x, int64_t nt, float* y, XNode x_node = {});
+    void* half_out(const ComputeGraph& g, const CNode& n);  // gemm_x when half_x says so, and claims it
+    void keep_half(const QMatrix& w);                       // makes w's half copy for the GEMM where it may
+    const void* half_of(const QMatrix& w) const;            // that copy (F16: w itself), or null
     enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
     Mma mma_path(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const ComputeGraph& g, const CNode& n);

@@ -168,15 +168,17 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         if (f16) mma_tickets_n = std::max(mma_tickets_n, cuda::mma_f16_tickets(w, nt));
         return true;
     };
-    const auto need_gemm = [&](const QMatrix& w, int64_t nt) {
+    const auto need_gemm = [&](const QMatrix& w, int64_t nt, NodeId x) {
         if (nt < gemm_tokens) return;
         if (!half_of(w)) w_halves = std::max(w_halves, size_t(w.n_in * w.n_out));
         x_halves = std::max(x_halves, size_t(2 * nt * w.n_in));
+        if (w.type != GgmlType::F32 && !exact_in_half(w.type)) half_x[size_t(x)] = true;
     };
-    const auto need_product = [&](const QMatrix& w, int64_t nt) {
+    const auto need_product = [&](const QMatrix& w, int64_t nt, NodeId x) {
         if (nt >= gemm_tokens) keep_half(w);  // before mma_path, which routes by it
-        if (!need_mma(w, nt)) need_gemm(w, nt);
+        if (!need_mma(w, nt)) need_gemm(w, nt, x);
     };
+    half_x.assign(g.nodes.size(), false);
     for (const CNode& n : g.nodes) {
         const int64_t nt = n.shape[1];
         const auto* a = std::get_if<meta::Attn>(&n.meta);
@@ -190,10 +192,11 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         if (opt.nccl && std::holds_alternative<op::AllGather>(n.op))
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && mats.count(m->weight.name))
-            need_product(mats.at(m->weight.name), nt);
+            need_product(mats.at(m->weight.name), nt, n.src[0]);
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) {
-            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end()) need_product(it->second, nt);
-            if (mats.count(f->v.weight.name)) need_product(mats.at(f->v.weight.name), nt);
+            if (const auto it = qkv.find(f->q.weight.name); it != qkv.end())
+                need_product(it->second, nt, n.src[0]);
+            if (mats.count(f->v.weight.name)) need_product(mats.at(f->v.weight.name), nt, n.src[0]);
         }
     }
     bool moved = scores.reserve(score_floats * sizeof(float));
@@ -211,15 +214,30 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     return moved;
 }
 
+namespace {
+
+// Whether n's kernels write its values once and never read them back: no second GEMM over the lo halves
+// (weights exact in half), no bias or residual added afterwards.
+bool writes_once(const CNode& n) {
+    if (std::holds_alternative<op::ArgMax>(n.op)) return true;
+    const auto* mm = std::get_if<meta::MatMul>(&n.meta);
+    const auto* o = std::get_if<op::MatMul>(&n.op);
+    return mm && o && !o->residual && !mm->bias.present() && !exact_in_half(mm->weight.type);
+}
+
+}  // namespace
+
 // A graph that runs wholly on the GPU has its outputs of fewer than gemm_tokens columns (the decode
 // logits) written by their matrix-vector kernel straight into the pinned host arena, which unified
 // addressing maps at the same address on the device: no device-to-host copy and no second launch follow
-// the graph. Wider outputs (from cuBLAS) are still copied.
+// the graph. Wider outputs too (opt.host_outputs) where their kernels write them once: a batch's logits
+// then cross PCIe while the GEMM runs instead of after it. The others are copied.
 void CudaBackend::Impl::choose_host_outputs(const ComputeGraph& g) {
     host_out.assign(g.nodes.size(), false);
     for (const CNode& n : g.nodes)
         if (!std::holds_alternative<op::Input>(n.op) && n.backend != BackendKind::Cuda) return;
-    for (NodeId out : g.outputs) host_out[size_t(out)] = g[out].shape[1] < gemm_tokens;
+    for (NodeId out : g.outputs)
+        host_out[size_t(out)] = g[out].shape[1] < gemm_tokens || (opt.host_outputs && writes_once(g[out]));
 }
 
 }  // namespace minfer

@@ -154,6 +154,7 @@ CudaOptions cuda_options_from_env() {
         o.mma_f16_tokens = std::atoll(n);
     if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0, o.mma_f16_tokens = 0;
     o.half_weights = !env_flag("MINFER_NO_HALF_WEIGHTS");
+    o.host_outputs = !env_flag("MINFER_NO_HOST_OUTPUTS");
     return o;
 }
 

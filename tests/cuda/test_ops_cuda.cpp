@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <random>
 #include <string>
@@ -254,6 +255,43 @@ TEST(CudaOps, SplitF16) {
         EXPECT_EQ(bad_hi, 0u) << "hi differs from __float2half_rn(x)";
         EXPECT_EQ(bad_lo, 0u) << "lo differs from __float2half_rn(x - hi)";
         EXPECT_EQ(bad_sum, 0u) << "hi + lo is not within 2^-22 |x| + 2^-25 of x";
+    }
+}
+
+// rms_norm and swiglu with y_hi (a GEMM's half x written by its producer) must write the y they write
+// without it, bit for bit, and y_hi must be split_f16's hi of that y: the GEMM then reads the halves it
+// would have split. Rows of 896 and 4096 (kept in registers) and 5000 (read again), 1000 and 2^20
+// elements.
+TEST(CudaOps, HalfOutputsAreTheSplitsHi) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(515);
+    const auto check = [](const Vec& y, const Vec& y_alone, const std::vector<uint16_t>& hi) {
+        ASSERT_EQ(y.size(), y_alone.size());
+        EXPECT_EQ(std::memcmp(y.data(), y_alone.data(), y.size() * sizeof(float)), 0) << "y changed";
+        size_t bad = 0;
+        for (size_t i = 0; i < y.size(); ++i) bad += hi[i] != half_bits(y[i]);
+        EXPECT_EQ(bad, 0u) << "y_hi differs from __float2half_rn(y)";
+    };
+    for (int64_t d : {896, 4096, 5000}) {
+        SCOPED_TRACE("rms_norm d " + std::to_string(d));
+        const int64_t rows = 3;
+        const Vec x = uniform(rng, d * rows, -2.0f, 2.0f), w = uniform(rng, d, 0.5f, 1.5f);
+        DeviceBuffer<float> dx(x), dw(w), dy(sz(d * rows)), dy_alone(sz(d * rows));
+        DeviceBuffer<uint16_t> dhi(sz(d * rows));
+        cuda::rms_norm(dx.get(), dw.get(), dy.get(), d, rows, 1e-6f, nullptr, dhi.get());
+        cuda::rms_norm(dx.get(), dw.get(), dy_alone.get(), d, rows, 1e-6f, nullptr);
+        sync();
+        check(dy.download(), dy_alone.download(), dhi.download());
+    }
+    for (int64_t n : {int64_t(1000), int64_t(1) << 20}) {
+        SCOPED_TRACE("swiglu n " + std::to_string(n));
+        const Vec a = uniform(rng, n, -12.0f, 12.0f), b = uniform(rng, n, -3.0f, 3.0f);
+        DeviceBuffer<float> da(a), db(b), dy(sz(n)), dy_alone(sz(n));
+        DeviceBuffer<uint16_t> dhi(sz(n));
+        cuda::swiglu(da.get(), db.get(), dy.get(), n, nullptr, dhi.get());
+        cuda::swiglu(da.get(), db.get(), dy_alone.get(), n, nullptr);
+        sync();
+        check(dy.download(), dy_alone.download(), dhi.download());
     }
 }
 

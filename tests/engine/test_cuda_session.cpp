@@ -397,11 +397,52 @@ TEST(CudaBatch, CapturesSurviveBucketSwitches) {
     run(replayed, 8, lr);
     EXPECT_EQ(gpu->graph_captures(), captures) << "a bucket switch dropped the captured graphs";
     EXPECT_GE(gpu->graph_launches() - launches, 9u);
-    EnvGuard off("MINFER_NO_CUDA_GRAPH", "1");
+    p.cuda.graphs = false;  // EngineParams read the environment when p was made
     Engine eager(*m, p);
     for (int i = 0; i < 3; ++i) run(eager, 8, le);
+    EXPECT_EQ(dynamic_cast<const CudaBackend*>(eager.gpu())->graph_launches(), 0u);
     ASSERT_EQ(lr.size(), le.size());
     EXPECT_EQ(std::memcmp(lr.data(), le.data(), lr.size() * sizeof(float)), 0);
+}
+
+// A batch's logits written by the lm_head GEMM straight into pinned host memory (CudaOptions::host_outputs)
+// are the bits the copy after the graph brings: eight prompts of 3 to 40 tokens, each wanting its last
+// two rows, then decode steps of all eight (the GEMM over a kept half copy, captured) and of three, both
+// ways, memcmp-equal. Q4_K writes in place; F16 (a second GEMM adds its lo halves) keeps the copy.
+TEST(CudaBatch, HostWrittenLogitsEqualCopiedOnes) {
+    MINFER_REQUIRE_GPU();
+    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::F16}) {
+        SCOPED_TRACE(ggml_type_name(t));
+        const auto m = synth("qwen2", t);
+        EngineParams p;
+        p.n_ctx = 1024, p.n_threads = 2, p.max_seqs = 8, p.device = BackendKind::Cuda;
+        const auto run = [&](Engine& e) {
+            std::vector<float> logits;
+            std::vector<std::vector<int32_t>> ids;
+            std::vector<Engine::Chunk> chunks;
+            for (int n : {3, 40, 7, 12, 29, 5, 18, 33}) {
+                ids.push_back(prompt(n, m->hp.n_vocab));
+                chunks.push_back({e.open(), ids.back(), 2});
+            }
+            for (size_t live : {8u, 8u, 8u, 3u, 3u}) {
+                chunks.resize(live);
+                const std::span<const float> l = e.forward(chunks);
+                logits.insert(logits.end(), l.begin(), l.end());
+                for (size_t s = 0; s < live; ++s) {
+                    ids[s] = {int32_t((s * 31 + logits.size()) % size_t(m->hp.n_vocab))};
+                    chunks[s] = {chunks[s].seq, ids[s], 1};
+                }
+            }
+            return logits;
+        };
+        Engine written(*m, p);
+        const std::vector<float> lw = run(written);
+        p.cuda.host_outputs = false;
+        Engine copied(*m, p);
+        const std::vector<float> lc = run(copied);
+        ASSERT_EQ(lw.size(), lc.size());
+        EXPECT_EQ(std::memcmp(lw.data(), lc.data(), lw.size() * sizeof(float)), 0);
+    }
 }
 
 // Every position's logits of one sequence fed its whole stream in one forward on `e`, then closed:

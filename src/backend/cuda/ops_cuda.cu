@@ -21,16 +21,24 @@ unsigned blocks_for(int64_t n, int threads) {
     return unsigned(std::min<int64_t>((n + threads - 1) / threads, 65535LL * 8));
 }
 
+// y[i] = v, and its half (as split_f16's hi) where the GEMM reading y wants it.
+__device__ __forceinline__ void put(float* y, __half* y_hi, int64_t i, float v) {
+    y[i] = v;
+    if (y_hi) y_hi[i] = __float2half_rn(v);
+}
+
 // One row per block. Rows of up to kNormRegs * blockDim.x elements stay in registers between the sum of
 // squares and the scaling, with the gains loaded before the reduction's barriers; longer rows are read
 // again.
 constexpr int kNormRegs = 4;
 
 // The weights do not depend on the previous kernel: their loads are issued before waiting for it.
-__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t d, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, __half* y_hi, int64_t d,
+                                float eps) {
     release_next();
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
+    __half* hr = y_hi ? y_hi + blockIdx.x * d : nullptr;
     float xv[kNormRegs], wv[kNormRegs], ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
@@ -50,10 +58,10 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
         const int64_t i = threadIdx.x + k * int64_t(blockDim.x);
-        if (i < d) yr[i] = xv[k] * scale * wv[k];
+        if (i < d) put(yr, hr, i, xv[k] * scale * wv[k]);
     }
     for (int64_t i = threadIdx.x + kNormRegs * int64_t(blockDim.x); i < d; i += blockDim.x)
-        yr[i] = xr[i] * scale * w[i];
+        put(yr, hr, i, xr[i] * scale * w[i]);
 }
 
 __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeShape r) {
@@ -85,22 +93,22 @@ __device__ float silu_f(float x) {
 }
 
 template <Ew kOp>
-__global__ void elementwise_kernel(const float* a, const float* b, float* y, int64_t n) {
+__global__ void elementwise_kernel(const float* a, const float* b, float* y, __half* y_hi, int64_t n) {
     begin_kernel();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x) {
-        if constexpr (kOp == Ew::Add) y[i] = a[i] + b[i];
-        if constexpr (kOp == Ew::Mul) y[i] = a[i] * b[i];
-        if constexpr (kOp == Ew::Silu) y[i] = silu_f(a[i]);
-        if constexpr (kOp == Ew::SwiGLU) y[i] = silu_f(a[i]) * b[i];
+        if constexpr (kOp == Ew::Add) put(y, y_hi, i, a[i] + b[i]);
+        if constexpr (kOp == Ew::Mul) put(y, y_hi, i, a[i] * b[i]);
+        if constexpr (kOp == Ew::Silu) put(y, y_hi, i, silu_f(a[i]));
+        if constexpr (kOp == Ew::SwiGLU) put(y, y_hi, i, silu_f(a[i]) * b[i]);
     }
 }
 
 template <Ew kOp>
-void elementwise(const float* a, const float* b, float* y, int64_t n, Stream s) {
+void elementwise(const float* a, const float* b, float* y, int64_t n, Stream s, void* y_hi = nullptr) {
     if (n <= 0) return;
     launch("elementwise kernel", elementwise_kernel<kOp>, blocks_for(n, kElemThreads), kElemThreads, 0, s, a,
-           b, y, n);
+           b, y, static_cast<__half*>(y_hi), n);
 }
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t d, int64_t n) {
@@ -181,10 +189,12 @@ __global__ void kv_store_kernel(const float* k, const float* v, KvSlots at, KvRe
 
 }  // namespace
 
-void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s) {
+void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s,
+              void* y_hi) {
     if (rows <= 0) return;
     const int threads = d >= 1024 ? 1024 : d >= 256 ? 256 : 128;
-    launch("rms_norm kernel", rms_norm_kernel, unsigned(rows), threads, 0, s, x, w, y, d, eps);
+    launch("rms_norm kernel", rms_norm_kernel, unsigned(rows), threads, 0, s, x, w, y,
+           static_cast<__half*>(y_hi), d, eps);
 }
 
 void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s) {
@@ -201,8 +211,8 @@ void mul(const float* a, const float* b, float* y, int64_t n, Stream s) {
 void silu(const float* x, float* y, int64_t n, Stream s) {
     elementwise<Ew::Silu>(x, nullptr, y, n, s);
 }
-void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s) {
-    elementwise<Ew::SwiGLU>(g, u, y, n, s);
+void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void* y_hi) {
+    elementwise<Ew::SwiGLU>(g, u, y, n, s, y_hi);
 }
 
 void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s) {

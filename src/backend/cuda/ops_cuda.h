@@ -8,8 +8,10 @@
 
 namespace minfer::cuda {
 
-// y[r] = x[r] / rms(x[r]) * w for `rows` rows of d (QkNorm passes rows = nt * n_head, d = head_dim).
-void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s);
+// y[r] = x[r] / rms(x[r]) * w for `rows` rows of d (QkNorm passes rows = nt * n_head, d = head_dim);
+// when y_hi is not null, also y_hi = half(y), split_f16's hi (for the GEMM that reads y).
+void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows, float eps, Stream s,
+              void* y_hi = nullptr);
 
 struct RopeShape {
     int64_t n_head, head_dim, n_rot;
@@ -22,7 +24,8 @@ void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeSh
 void add(const float* a, const float* b, float* y, int64_t n, Stream s);
 void mul(const float* a, const float* b, float* y, int64_t n, Stream s);
 void silu(const float* x, float* y, int64_t n, Stream s);
-void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s);
+// y = silu(g) * u; y_hi as rms_norm's.
+void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void* y_hi = nullptr);
 
 // y[t][i] += b[i] for nt rows of d (the bias of a GEMM).
 void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s);
