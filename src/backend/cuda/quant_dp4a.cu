@@ -380,7 +380,7 @@ void check_fits(const QMatrix& w, const void* x) {
         throw Error(
             "CUDA matvec: int8 products need rows of at most 18944 of Q4_K in the block layout or padded "
             "Q6_K");
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+    if (!aligned16(x) || !aligned16(w.data))
         throw Error("CUDA matvec: int8 products need 16-byte aligned weights and input");
 }
 
@@ -409,8 +409,7 @@ size_t int8_x_bytes(XQuant xq, int64_t n_in) {
 void quantize_x8(const float* x, int64_t n_in, XQuant xq, void* x8, Stream s) {
     if (n_in % kQK != 0) throw Error("CUDA quantize_x8: length not a multiple of 256");
     if (xq == XQuant::kF32) throw Error("CUDA quantize_x8: no int8 format given");
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(x8) % 16 != 0)
-        throw Error("CUDA quantize_x8: pointers not 16-byte aligned");
+    if (!aligned16(x) || !aligned16(x8)) throw Error("CUDA quantize_x8: pointers not 16-byte aligned");
     if (n_in == 0) return;
     auto* kernel = xq == XQuant::kInt8x2 ? quantize_kernel<2> : quantize_kernel<1>;
     launch("quantize_x8 kernel", kernel, unsigned(n_in / kQK), 64, 0, s, x, n_in / kQK,

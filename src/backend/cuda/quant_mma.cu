@@ -358,8 +358,7 @@ size_t mma_scratch_floats(const QMatrix& w, int64_t nt) {
 
 void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s) {
     if (n_in % 32 != 0) throw Error("CUDA quantize_x_mma: length not a multiple of 32");
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 16 != 0)
-        throw Error("CUDA quantize_x_mma: pointers not 16-byte aligned");
+    if (!aligned16(x) || !aligned16(xq)) throw Error("CUDA quantize_x_mma: pointers not 16-byte aligned");
     if (n_in == 0 || nt == 0) return;
     auto* q = static_cast<int8_t*>(xq);
     const int64_t threads = n_in / 4 * cols8(nt);
@@ -370,7 +369,7 @@ void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s
 void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
                 float* scratch, Stream s, MmaKernel kernel) {
     if (!mma_fits(w)) throw Error("CUDA matmul_mma: matrix type or layout not supported");
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 16 != 0)
+    if (!aligned16(w.data) || !aligned16(xq))
         throw Error("CUDA matmul_mma: weights and x must be 16-byte aligned");
     if (w.n_out == 0 || nt == 0) return;
     const Layout l = layout_of(w.type);

@@ -352,7 +352,7 @@ size_t mma_f16_tickets(const QMatrix& w, int64_t nt) {
 void matmul_mma_f16(const QMatrix& w, const void* x16, int64_t nt, float* y, const float* bias,
                     const float* res, float* scratch, unsigned* tickets, Stream s) {
     if (!mma_f16_fits(w)) throw Error("CUDA matmul_mma_f16: matrix type or layout not supported");
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
+    if (!aligned16(w.data) || !aligned16(x16))
         throw Error("CUDA matmul_mma_f16: weights and x must be 16-byte aligned");
     if (w.n_out == 0 || nt == 0) return;
     const Ranges r = ranges(w);

@@ -357,12 +357,11 @@ void launch_tiled(TiledArgs a, Stream s) {
 void check_tiled(const QMatrix& w, const char* what) {
     if (!w.tiled || !tiles_fit(w.type, w.n_in, w.n_out))
         throw Error(std::string(what) + ": not a tiled Q4_K matrix of a supported shape");
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
-        throw Error(std::string(what) + ": misaligned weights");
+    if (!aligned16(w.data)) throw Error(std::string(what) + ": misaligned weights");
 }
 
 void check_x(const float* x, const char* what) {
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Error(std::string(what) + ": misaligned input");
+    if (!aligned16(x)) throw Error(std::string(what) + ": misaligned input");
 }
 
 template <class Out>
