@@ -4,8 +4,9 @@
 # the sections in order, each under a timeout that also keeps the whole call within BUDGET seconds
 # (default 540, under the tool's 600-second limit). Everything goes to $OUT/log.
 # Sections:
-#   tests    bin/test_cuda (FILTER: a gtest filter), summary and failures; the full log in $OUT
-#   engine   bin/test_engine's CUDA goldens, batch, session and invariance tests (needs DATA=1's archive)
+#   tests    every bin/test_cuda* (FILTER: a gtest filter), summary and failures; the full logs in $OUT
+#   engine   every bin/test_engine*'s CUDA goldens, batch, session and invariance tests (needs DATA=1's
+#            archive)
 #   mma      every bin/bench_cuda_mma* at 20 iterations, 32 and 64 columns
 #   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
 #            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved);
@@ -58,12 +59,18 @@ for section in "$@"; do
   echo "== $section $(date +%T)"
   case $section in
     tests)
-      timeout "$(lim 220)" bin/test_cuda --gtest_filter="${FILTER:-*}" >"$OUT/test_cuda.txt" 2>&1
-      tail -2 "$OUT/test_cuda.txt"; grep -E "FAILED|Failure" "$OUT/test_cuda.txt" | head -20 ;;
+      for b in bin/test_cuda*; do
+        echo "-- $b"
+        timeout "$(lim 220)" "$b" --gtest_filter="${FILTER:-*}" >"$OUT/${b#bin/}.txt" 2>&1
+        tail -2 "$OUT/${b#bin/}.txt"; grep -E "FAILED|Failure" "$OUT/${b#bin/}.txt" | head -20
+      done ;;
     engine)
-      MINFER_TEST_DATA=$W/shared MINFER_TEST_DEVICE=cuda timeout "$(lim 120)" bin/test_engine \
-        --gtest_filter='CudaSession.*:CudaBatch.*:CudaVsCpu.*:*Golden*:BatchInvariance.*' 2>&1 |
-        grep -E "^\[  PASSED|^\[  FAILED|Failure" | head -20 ;;
+      for b in bin/test_engine*; do
+        echo "-- $b"
+        MINFER_TEST_DATA=$W/shared MINFER_TEST_DEVICE=cuda timeout "$(lim 120)" "$b" \
+          --gtest_filter='CudaSession.*:CudaBatch.*:CudaVsCpu.*:*Golden*:BatchInvariance.*' 2>&1 |
+          grep -E "^\[  PASSED|^\[  FAILED|Failure" | head -20
+      done ;;
     mma)
       for b in bin/bench_cuda_mma*; do echo "-- $b"; timeout "$(lim 60)" "$b" 20 32,64; done ;;
     batched)
