@@ -8,6 +8,7 @@
 #   engine   every bin/test_engine*'s CUDA goldens, batch, session and invariance tests (needs DATA=1's
 #            archive)
 #   mma      every bin/bench_cuda_mma* at 20 iterations, 32 and 64 columns
+#   matvec   every bin/bench_cuda_matvec* at 20 iterations, the int8 rows (one token's products)
 #   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
 #            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved);
 #            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are)
@@ -22,6 +23,9 @@
 #   serve    bench/serve-compare.sh on SERVE_MODEL (default qwen2.5-7b:Q4_K_M) with bin/minfer and the
 #            llama-server of compare's build, NP 64, -c CTX (default 65536), 128-word prompts, 128
 #            generated, CONC 8,64 (needs carry/serve-load, a copy of ../shared/tools/serve-load)
+# VARIANT (a glob, default *) picks the branch builds packed beside main's as bin/NAME_VARIANT: tests,
+# engine and matvec run bin/NAME$VARIANT (VARIANT= : main's alone; VARIANT=_all: the combined build's
+# alone), batched and prefill run bin/minfer and bin/minfer$VARIANT.
 # The synthetic files take VOCAB's tokenizer (default the embedded mini's; the server's text needs a real
 # one: carry ../shared/models/qwen-vocab.gguf and set VOCAB=carry/qwen-vocab.gguf), written once per
 # machine and vocabulary under /tmp/minfer-bench/VOCAB-NAME/ (compare's files too). compare and serve run
@@ -54,18 +58,24 @@ synth() {
   [ -f "$f" ] || bin/minfer-synth --vocab "$VOCAB" "${1%%:*}" "${1##*:}" "$f" >/dev/null
   echo "$f"
 }
+# bin/minfer, then the variants VARIANT picks (no minfer-synth), each once.
+variants() {
+  local b
+  echo bin/minfer
+  for b in bin/minfer${VARIANT-*}; do [[ $b == bin/minfer || $b == bin/minfer-* ]] || echo "$b"; done
+}
 PP=${PP:-512,4096}
 for section in "$@"; do
   echo "== $section $(date +%T)"
   case $section in
     tests)
-      for b in bin/test_cuda*; do
+      for b in bin/test_cuda${VARIANT-*}; do
         echo "-- $b"
         timeout "$(lim 220)" "$b" --gtest_filter="${FILTER:-*}" >"$OUT/${b#bin/}.txt" 2>&1
         tail -2 "$OUT/${b#bin/}.txt"; grep -E "FAILED|Failure" "$OUT/${b#bin/}.txt" | head -20
       done ;;
     engine)
-      for b in bin/test_engine*; do
+      for b in bin/test_engine${VARIANT-*}; do
         echo "-- $b"
         MINFER_TEST_DATA=$W/shared MINFER_TEST_DEVICE=cuda timeout "$(lim 120)" "$b" \
           --gtest_filter='CudaSession.*:CudaBatch.*:CudaVsCpu.*:*Golden*:BatchInvariance.*' 2>&1 |
@@ -73,11 +83,15 @@ for section in "$@"; do
       done ;;
     mma)
       for b in bin/bench_cuda_mma*; do echo "-- $b"; timeout "$(lim 60)" "$b" 20 32,64; done ;;
+    matvec)
+      for b in bin/bench_cuda_matvec${VARIANT-*}; do
+        echo "-- $b"; timeout "$(lim 90)" "$b" 20 | grep -E "copy|shape|/i|/o"
+      done ;;
     batched)
       for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
         f=$(synth "$m")
         for ((i = 0; i < ${ROUNDS:-2}; ++i)); do
-          for b in bin/minfer bin/minfer_* ${SWITCH:+"$SWITCH=1 bin/minfer"}; do
+          for b in $(variants) ${SWITCH:+"$SWITCH=1 bin/minfer"}; do
             [ -x "${b#* }" ] || continue
             e=; [[ $b == *" "* ]] && e=${b% *}
             echo "-- $m $b: $(env $e timeout "$(lim 60)" "${b#* }" bench -m "$f" --device cuda \
@@ -98,7 +112,7 @@ print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg
     prefill)
       for m in ${BATCH_MODELS:-qwen2.5-7b:Q4_K_M}; do
         f=$(synth "$m")
-        for b in bin/minfer bin/minfer_*; do
+        for b in $(variants); do
           [ -x "$b" ] || continue
           for off in 0 1; do
             for p in ${PP//,/ }; do
