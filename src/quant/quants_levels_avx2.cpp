@@ -14,6 +14,7 @@ namespace minfer::quants::avx2 {
 namespace {
 
 using simd::half_to_float;
+using simd::k_scales_mins;
 using simd::q6_k_groups;
 
 inline __m256i load32(const uint8_t* p) {
@@ -63,12 +64,12 @@ void k_type1_levels(const void* w, int8_t* q, float* scale, float* min, int64_t 
     const auto* b = static_cast<const Block*>(w);
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < n / kQKK; ++i, q += kQKK, scale += 8, min += 8) {
-        const float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
-        for (int j = 0; j < 8; ++j) {
-            int sc, m;
-            k_scale_min(b[i].scales, j, &sc, &m);
-            scale[j] = d * float(sc), min[j] = dmin * float(m);
-        }
+        __m128i sc, m;  // the eight 6-bit scales and minimums (k_scale_min's), 16-bit lanes
+        k_scales_mins(b[i].scales, &sc, &m);
+        _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
+                                              _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(sc))));
+        _mm256_storeu_ps(min, _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].dmin)),
+                                            _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(m))));
         for (int p = 0; p < 4; ++p) {
             const __m256i v = load32(b[i].qs + 32 * p);
             __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -90,8 +91,13 @@ void q6_k_levels(const void* w, int8_t* q, float* scale, float* min, int64_t n) 
     const auto* b = static_cast<const BlockQ6K*>(w);
     const __m256i bias = _mm256_set1_epi8(32);
     for (int64_t i = 0; i < n / kQKK; ++i, q += kQKK, scale += 16, min += 16) {
-        const float d = half_to_float(b[i].d);
-        for (int k = 0; k < 16; ++k) scale[k] = d * float(b[i].scales[k]), min[k] = 0.0f;
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));  // 16 int8
+        const __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(scale + 8,
+                         _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+        _mm256_storeu_ps(min, _mm256_setzero_ps());
+        _mm256_storeu_ps(min + 8, _mm256_setzero_ps());
         for (int h = 0; h < 2; ++h) {
             __m256i g[4];
             q6_k_groups(b[i].ql + 64 * h, b[i].qh + 32 * h, g);
