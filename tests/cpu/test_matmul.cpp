@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -238,6 +239,38 @@ TEST(Matmul, RejectsRowLengthOffBlockSize) {
         EXPECT_THROW(matmul(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr, pool), Error) << q->name;
         EXPECT_THROW(matmul_ref(*q, w.data(), n_in, 1, x.data(), 1, y.data(), nullptr), Error) << q->name;
     }
+}
+
+// The int16 GEMM's one-token form (i16::gemv, which matmul runs for one column under invariance) against
+// its scalar twin, gemm_ref of that token: the same bits, for every type the GEMM takes, rows of one to
+// many 32-element chunks (the kernel sums them sixteen at a time, so 19 super-blocks leave a tail), row
+// counts that split unevenly between threads, with and without bias, and x of every magnitude.
+TEST(Matmul, Int16GemvEqualsItsTwin) {
+    if (!quants_use_avx512()) GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI): no int16 GEMM";
+    std::mt19937 rng(78);
+    ThreadPool pool(3);
+    int tested = 0;
+    for (GgmlType t : kTypes) {
+        const QuantTraits* q = quant_traits(t);
+        if (!q || !q->to_levels) continue;
+        ++tested;
+        for (int64_t n_in : {256, 768, 4864})
+            for (int64_t n_out : {1, 37})
+                for (float scale : {0.0f, 1e-3f, 1.0f, 3e4f}) {
+                    Problem p = make_problem(*q, n_in, n_out, 1, rng);
+                    for (float& v : p.x) v *= scale;
+                    for (bool with_bias : {false, true}) {
+                        const float* bias = with_bias ? p.bias.data() : nullptr;
+                        std::vector<float> y(static_cast<size_t>(n_out), NAN), want(y.size());
+                        i16::gemv(*q, p.w.data(), n_in, n_out, p.x.data(), y.data(), bias, pool);
+                        i16::gemm_ref(*q, p.w.data(), n_in, n_out, p.x.data(), 1, want.data(), bias);
+                        ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
+                            << q->name << " n_in " << n_in << " n_out " << n_out << " x scale " << scale
+                            << (bias ? " bias" : "");
+                    }
+                }
+    }
+    EXPECT_GE(tested, 6) << "types with integer levels";
 }
 
 // The prefill panel kernels alone, for token counts that take the one-group and the two-group kernels

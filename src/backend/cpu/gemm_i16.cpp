@@ -113,6 +113,42 @@ void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
     });
 }
 
+void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, float* y,
+          const float* bias, ThreadPool& pool) {
+    // Panels a thread claims at a time: about 32 KB of weights, as matmul's decode paths claim rows.
+    constexpr size_t kChunkBytes = 32 << 10;
+    const size_t row_bytes = quant_row_bytes(q, n_in);
+    const auto nb32 = size_t(n_in / kQK0), nb = size_t(n_in / q.level_block);
+    thread_local std::vector<int16_t> xq_buf;  // the calling thread's; workers get plain pointers
+    thread_local std::vector<float> xd_buf, xs_buf;
+    xq_buf.resize(size_t(n_in)), xd_buf.resize(nb32), xs_buf.resize(nb32);
+    avx512::token_row(x, n_in, xq_buf.data(), xd_buf.data(), xs_buf.data());
+    const int16_t* xq = xq_buf.data();
+    const float *xd = xd_buf.data(), *xs = xs_buf.data();
+    const RowsFn dot = avx512::rows_dot(q.level_block, q.level_min);
+    const int64_t panels = (n_out + kRows - 1) / kRows;
+    const int64_t per_task = std::max<int64_t>(1, int64_t(kChunkBytes / (row_bytes * size_t(kRows))));
+    pool.parallel_for_stealing(panels, per_task, [&](int64_t p0, int64_t p1) {
+        thread_local std::vector<int8_t> levels;
+        thread_local std::vector<float> scale, min;
+        levels.resize(size_t(kRows * n_in)), scale.resize(kRows * nb), min.resize(kRows * nb);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int64_t o = p * kRows, nr = std::min(kRows, n_out - o);
+            for (int64_t r = 0; r < nr; ++r) {
+                // The next row on its way while this one is read: the hardware prefetcher alone leaves
+                // one core's stream short (simd_avx2.h's prefetch_ahead).
+                if (o + r + 1 < n_out)
+                    for (size_t b = 0; b < row_bytes; b += 64)
+                        __builtin_prefetch(w + size_t(o + r + 1) * row_bytes + b);
+                q.to_levels(w + size_t(o + r) * row_bytes, &levels[size_t(r * n_in)], &scale[size_t(r) * nb],
+                            &min[size_t(r) * nb], n_in);
+            }
+            dot(levels.data(), scale.data(), min.data(), xq, xd, xs, n_in, y + o, nr,
+                bias ? bias + o : nullptr);
+        }
+    });
+}
+
 void gemm_ref(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
               float* y, const float* bias) {
     const size_t row_bytes = quant_row_bytes(q, n_in);

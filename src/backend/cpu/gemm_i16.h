@@ -17,6 +17,13 @@ namespace minfer::cpu::i16 {
 void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
           float* y, const float* bias, ThreadPool& pool);
 
+// One token (decode), each output bit for bit what gemm gives that token: 16 rows' levels (to_levels)
+// at a time against x's int16 levels, their pair products transposed into per-row block sums rather than
+// the rows packed k-major, and the same f32 chain with a row in each lane. gemm_ref with nt = 1 is its
+// scalar twin. Needs what gemm needs.
+void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, float* y,
+          const float* bias, ThreadPool& pool);
+
 // Scalar twin, single-threaded: the same levels, the same integer sums and the same f32 operations in the
 // same order, so gemm gives its bits.
 void gemm_ref(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
@@ -47,12 +54,22 @@ struct Group {
 using MicroFn = void (*)(const Panel& w, const Group& x, int64_t n_in, float* y, int64_t y_stride, int64_t nr,
                          const float* bias);
 
+// y[r] (r < nr) = row r . x (+ bias[r]) for 16 rows given by their levels, scales and minimums
+// (to_levels: [16][n_in] and [16][n_in / level_block]; rows past nr are computed, not stored) and gemv's
+// x (int16 levels [n_in], steps and sums [n_in / 32]): the micro-kernels' arithmetic for one token.
+using RowsFn = void (*)(const int8_t* levels, const float* scale, const float* min, const int16_t* xq,
+                        const float* xd, const float* xs, int64_t n_in, float* y, int64_t nr,
+                        const float* bias);
+
 namespace avx512 {
 const MicroFn* micros(int level_block, bool level_min);  // nullptr for other block sizes
 // Panel::q from 16 rows of int8 levels ([16, n_in], n_in a multiple of 32).
 void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q);
 // Token t of a Group: x's int8x2 levels (quantize_q8x2's arithmetic) as pairs, steps and sums.
 void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, float* s);
+// x's int8x2 levels as pack_token computes them, one int16 row ([n_in]), with the blocks' steps and sums.
+void token_row(const float* x, int64_t n_in, int16_t* q, float* d, float* s);
+RowsFn rows_dot(int level_block, bool level_min);  // nullptr for other block sizes
 }  // namespace avx512
 
 }  // namespace minfer::cpu::i16

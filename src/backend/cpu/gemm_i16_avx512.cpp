@@ -7,6 +7,7 @@
 // matmul_avx512.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "backend/cpu/gemm_i16.h"
@@ -98,6 +99,65 @@ inline __m512i levels16(__m512 v, float d, float ih, float il) {
                             _mm512_cvtps_epi32(lo));
 }
 
+// Block j of x, 32 floats: its int8x2 levels (elements 0..15 in l0, 16..31 in l1), step and the sum of
+// the values it represents.
+inline void block_levels(const float* x, __m512i& l0, __m512i& l1, float& step, float& sum) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    step = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / (127.0f * 254.0f);
+    const float ih = step != 0.0f ? 1.0f / (254.0f * step) : 0.0f, il = step != 0.0f ? 1.0f / step : 0.0f;
+    l0 = levels16(v0, step, ih, il), l1 = levels16(v1, step, ih, il);
+    sum = step * float(_mm512_reduce_add_epi32(_mm512_add_epi32(l0, l1)));
+}
+
+// 16 rows' outputs, one a lane, with their levels row-major ([16][n_in]), scales and minimums
+// ([16][n_in / LB]): per 32 elements, each row's pair products with x (madd: 16 int32 lanes, 8 a
+// 16-element half), transposed so that a vertical add gives every row's exact block sums in its lane;
+// then the micro-kernels' chain, acc = fma(float(sum), scale * d, acc) (and acc = fma(-min, s, acc)).
+// Scales and minimums are transposed 16 blocks at a time into lane-per-row vectors.
+template <int LB, bool Min>
+void rows_dot_t(const int8_t* lv, const float* scale, const float* min, const int16_t* xq, const float* xd,
+                const float* xs, int64_t n_in, float* y, int64_t nr, const float* bias) {
+    constexpr int kPer = 32 / LB;  // level blocks per 32 elements
+    const int64_t nb = n_in / LB;
+    alignas(64) float sc[16][16], mn[16][16];  // [block j0 + i][row]
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < nb; j0 += 16) {
+        const int nj = int(std::min<int64_t>(16, nb - j0));
+        const auto jmask = __mmask16((1u << nj) - 1);
+        __m512i t[16];
+        for (int k = 0; k < 16; ++k)
+            t[k] = _mm512_castps_si512(_mm512_maskz_loadu_ps(jmask, scale + k * nb + j0));
+        transpose16(t);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(sc[i], t[i]);
+        if constexpr (Min) {
+            for (int k = 0; k < 16; ++k)
+                t[k] = _mm512_castps_si512(_mm512_maskz_loadu_ps(jmask, min + k * nb + j0));
+            transpose16(t);
+            for (int i = 0; i < 16; ++i) _mm512_store_si512(mn[i], t[i]);
+        }
+        for (int i = 0; i < nj; i += kPer) {
+            const int64_t c = (j0 + i) / kPer;  // the 32 elements of blocks j0 + i ..
+            __m512i r[16];
+            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
+            for (int k = 0; k < 16; ++k)
+                r[k] = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                             reinterpret_cast<const __m256i*>(lv + k * n_in + 32 * c))),
+                                         xv);
+            transpose16(r);  // r[m], lane k: lane m of row k's products
+            for (int h = 0; h < kPer; ++h) {
+                __m512i v = r[16 / kPer * h];
+                for (int m = 1; m < 16 / kPer; ++m) v = _mm512_add_epi32(v, r[16 / kPer * h + m]);
+                const __m512 step = _mm512_mul_ps(_mm512_load_ps(sc[i + h]), _mm512_set1_ps(xd[c]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), step, acc);
+                if constexpr (Min)
+                    acc = _mm512_fnmadd_ps(_mm512_load_ps(mn[i + h]), _mm512_set1_ps(xs[c]), acc);
+            }
+        }
+    }
+    const auto mask = __mmask16((1u << nr) - 1);
+    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+}
+
 }  // namespace
 
 void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q) {
@@ -116,22 +176,32 @@ void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, f
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32(int(kTokens)));
     for (int64_t j = 0; j < n_in / 32; ++j, x += 32) {
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float step =
-            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / (127.0f * 254.0f);
-        const float ih = step != 0.0f ? 1.0f / (254.0f * step) : 0.0f, il = step != 0.0f ? 1.0f / step : 0.0f;
-        const __m512i l0 = levels16(v0, step, ih, il), l1 = levels16(v1, step, ih, il);
+        __m512i l0, l1;
+        block_levels(x, l0, l1, d[j * kTokens + t], s[j * kTokens + t]);
         const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(l0)),
                                                  _mm512_cvtepi32_epi16(l1), 1);
         _mm512_i32scatter_epi32(q + j * 16 * kTokens + t, at, pairs, 4);
-        d[j * kTokens + t] = step;
-        s[j * kTokens + t] = step * float(_mm512_reduce_add_epi32(_mm512_add_epi32(l0, l1)));
+    }
+}
+
+void token_row(const float* x, int64_t n_in, int16_t* q, float* d, float* s) {
+    for (int64_t j = 0; j < n_in / 32; ++j, x += 32, q += 32) {
+        __m512i l0, l1;
+        block_levels(x, l0, l1, d[j], s[j]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_cvtepi32_epi16(l0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16), _mm512_cvtepi32_epi16(l1));
     }
 }
 
 const MicroFn* micros(int level_block, bool level_min) {
     if (level_block == 32) return level_min ? kMicros<32, true> : kMicros<32, false>;
     if (level_block == 16 && !level_min) return kMicros<16, false>;
+    return nullptr;
+}
+
+RowsFn rows_dot(int level_block, bool level_min) {
+    if (level_block == 32) return level_min ? rows_dot_t<32, true> : rows_dot_t<32, false>;
+    if (level_block == 16 && !level_min) return rows_dot_t<16, false>;
     return nullptr;
 }
 

@@ -22,10 +22,12 @@ namespace minfer::cpu {
 enum class DecodeDot { F32, Int8, Int8x2 };
 
 // invariant: each column's bits do not depend on nt nor on its position among the columns (batched
-// decode of many sequences). Types with the chosen integer dot run it for every nt, each column
-// bit for bit as decode (nt == 1) computes it: activations quantized per column, weights read once for
-// all columns (vec_dot_x2_cols). Other types (and DecodeDot::F32) run the f32 tiles for every nt, decode
-// included. invariant == false: the fastest path for each nt, as described above.
+// decode of many sequences). With Int8x2 on AVX-512 VNNI, the types with integer levels take the int16
+// GEMM's arithmetic for every nt: the GEMM itself for several columns, its one-token form (i16::gemv)
+// for one. Other types with the chosen integer dot run it for every nt, each column bit for bit as
+// decode (nt == 1) computes it: activations quantized per column, weights read once for all columns
+// (vec_dot_x2_cols). Other types (and DecodeDot::F32) run the f32 tiles for every nt, decode included.
+// invariant == false: the fastest path for each nt, as described above.
 //
 // Without invariance, products of up to this many columns still take the integer dots (weights read once
 // for all columns beat the int16 GEMM's panel repacking there: bench_quants 4864x896, 2 threads,
