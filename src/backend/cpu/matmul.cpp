@@ -208,13 +208,13 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
     const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
                x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    const bool i16 = decode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
-    if (invariant && x2 && i16) {
+    const bool int16_gemm = decode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+    if (invariant && x2 && int16_gemm) {
         if (nt == 1) return i16::gemv(q, wb, n_in, n_out, x, y, bias, pool);
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
     } else if ((nt <= kIntDotMaxTokens || invariant) && (int8 || x2)) {
         int_matmul(a, int8, pool);
-    } else if (!invariant && nt > 1 && i16) {
+    } else if (!invariant && nt > 1 && int16_gemm) {
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
     } else if ((nt > 1 || invariant) && cpu_has_avx2()) {
         tiled_matmul(a, pool);
