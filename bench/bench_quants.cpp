@@ -173,6 +173,8 @@ void register_all() {
                 ->Args({1})
                 ->Args({4})
                 ->Args({8})
+                ->Args({12})
+                ->Args({16})
                 ->Args({32})
                 ->Args({128})
                 ->UseRealTime()
