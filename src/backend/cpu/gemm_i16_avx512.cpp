@@ -109,9 +109,32 @@ inline void block_levels(const float* x, __m512i& l0, __m512i& l1, float& step, 
     sum = step * float(_mm512_reduce_add_epi32(_mm512_add_epi32(l0, l1)));
 }
 
+// Row k's exact block sums in lane k, from r[k] (16 int32 lanes of row k's pair products over 32
+// elements): halving sums, each level interleaving pairs of vectors and adding, so that after four levels
+// lane k holds row k's total (kPer 1) or, in sums[0] and sums[1], the totals of its lanes 0..7 and 8..15
+// (kPer 2: two 16-element level blocks). Integer adds: any order gives the same sums.
+template <int kPer>
+inline void block_sums(const __m512i (&r)[16], __m512i (&sums)[kPer]) {
+    __m512i a[8], b[4], c[2];
+    for (int i = 0; i < 8; ++i)  // rows 2i, 2i + 1 interleaved: each 128-bit lane's two pair sums a row
+        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]),
+                                _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]));
+    for (int i = 0; i < 4; ++i)  // rows 4i .. 4i + 3: one sum a row in each 128-bit lane
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 2; ++i)  // 128-bit lanes 0 + 1 and 2 + 3 of rows 8i .. 8i + 3, then 8i + 4 ..
+        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0x88),
+                                _mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    const __m512i lo = _mm512_shuffle_i32x4(c[0], c[1], 0x88), hi = _mm512_shuffle_i32x4(c[0], c[1], 0xDD);
+    if constexpr (kPer == 1)
+        sums[0] = _mm512_add_epi32(lo, hi);
+    else
+        sums[0] = lo, sums[1] = hi;
+}
+
 // 16 rows' outputs, one a lane, with their levels row-major ([16][n_in]), scales and minimums
 // ([16][n_in / LB]): per 32 elements, each row's pair products with x (madd: 16 int32 lanes, 8 a
-// 16-element half), transposed so that a vertical add gives every row's exact block sums in its lane;
+// 16-element half), folded into every row's exact block sums in its lane (block_sums);
 // then the micro-kernels' chain, acc = fma(float(sum), scale * d, acc) (and acc = fma(-min, s, acc)).
 // Scales and minimums are transposed 16 blocks at a time into lane-per-row vectors.
 template <int LB, bool Min>
@@ -143,10 +166,10 @@ void rows_dot_t(const int8_t* lv, const float* scale, const float* min, const in
                 r[k] = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(
                                              reinterpret_cast<const __m256i*>(lv + k * n_in + 32 * c))),
                                          xv);
-            transpose16(r);  // r[m], lane k: lane m of row k's products
+            __m512i sums[kPer];
+            block_sums<kPer>(r, sums);
             for (int h = 0; h < kPer; ++h) {
-                __m512i v = r[16 / kPer * h];
-                for (int m = 1; m < 16 / kPer; ++m) v = _mm512_add_epi32(v, r[16 / kPer * h + m]);
+                const __m512i v = sums[h];
                 const __m512 step = _mm512_mul_ps(_mm512_load_ps(sc[i + h]), _mm512_set1_ps(xd[c]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), step, acc);
                 if constexpr (Min)
