@@ -126,6 +126,7 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
     const int16_t* xq = xq_buf.data();
     const float *xd = xd_buf.data(), *xs = xs_buf.data();
     const RowsFn dot = avx512::rows_dot(q.level_block, q.level_min);
+    const BlocksFn blocks = avx512::blocks_dot(q.type);
     const int64_t panels = (n_out + kRows - 1) / kRows;
     const int64_t per_task = std::max<int64_t>(1, int64_t(kChunkBytes / (row_bytes * size_t(kRows))));
     pool.parallel_for_stealing(panels, per_task, [&](int64_t p0, int64_t p1) {
@@ -134,6 +135,13 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
         levels.resize(size_t(kRows * n_in)), scale.resize(kRows * nb), min.resize(kRows * nb);
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t o = p * kRows, nr = std::min(kRows, n_out - o);
+            if (blocks) {
+                const size_t next_rows = size_t(std::clamp<int64_t>(n_out - o - kRows, 0, kRows));
+                blocks(w + size_t(o) * row_bytes, row_bytes, xq, xd, n_in, y + o, nr,
+                       bias ? bias + o : nullptr, next_rows ? w + size_t(o + kRows) * row_bytes : nullptr,
+                       next_rows * row_bytes);
+                continue;
+            }
             for (int64_t r = 0; r < nr; ++r) {
                 // The next row on its way while this one is read: the hardware prefetcher alone leaves
                 // one core's stream short (simd_avx2.h's prefetch_ahead).

@@ -8,9 +8,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "backend/cpu/gemm_i16.h"
+#include "quant/quants_impl.h"
 
 namespace minfer::cpu::i16::avx512 {
 
@@ -181,6 +183,64 @@ void rows_dot_t(const int8_t* lv, const float* scale, const float* min, const in
     _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
 }
 
+// 32 levels of a 32-element block as int16, read from the block as to_levels reads it: Q8_0's signed
+// bytes, Q4_0's nibbles - 8, Q5_0's nibbles and fifth bits - 16.
+inline __m512i nibbles32(const uint8_t* qs) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), low4 = _mm_set1_epi8(0x0F);
+    const __m256i both = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+    return _mm512_cvtepu8_epi16(both);  // elements 0..15 the low nibbles, 16..31 the high ones
+}
+struct Q8_0Levels {
+    using Block = quants::BlockQ8_0;
+    static __m512i levels(const Block& b) {
+        return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)));
+    }
+};
+struct Q4_0Levels {
+    using Block = quants::BlockQ4_0;
+    static __m512i levels(const Block& b) { return _mm512_sub_epi16(nibbles32(b.qs), _mm512_set1_epi16(8)); }
+};
+struct Q5_0Levels {
+    using Block = quants::BlockQ5_0;
+    static __m512i levels(const Block& b) {
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, sizeof qh);
+        const __m512i fifth = _mm512_maskz_mov_epi16(__mmask32(qh), _mm512_set1_epi16(16));
+        return _mm512_sub_epi16(_mm512_or_si512(nibbles32(b.qs), fifth), _mm512_set1_epi16(16));
+    }
+};
+
+// rows_dot_t for the 32-element formats without minimums, their levels and scales read straight from
+// the 16 rows' blocks (rows past nr repeat row nr - 1) rather than from to_levels' copy.
+// The 16 rows are read side by side, which the hardware prefetcher follows poorly: each step also asks
+// for its share of the next panel's bytes (next, next_bytes: contiguous rows), so that panel streams in
+// while this one is multiplied.
+template <class L>
+void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, int64_t n_in,
+                  float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
+    using Block = typename L::Block;
+    const int64_t chunks = n_in / 32;
+    const size_t share = (next_bytes / size_t(chunks) + 64) / 64 * 64;  // bytes of `next` a step asks for
+    const Block* rows[16];
+    for (int k = 0; k < 16; ++k)
+        rows[k] = reinterpret_cast<const Block*>(w + size_t(std::min<int64_t>(k, nr - 1)) * row_bytes);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+        for (size_t b = size_t(c) * share; b < std::min(size_t(c + 1) * share, next_bytes); b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
+        const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
+        __m512i r[16];
+        alignas(32) uint16_t d[16];
+        for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(L::levels(rows[k][c]), xv), d[k] = rows[k][c].d;
+        __m512i sums[1];
+        block_sums<1>(r, sums);
+        const __m512 scale = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])), acc);
+    }
+    const auto mask = __mmask16((1u << nr) - 1);
+    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+}
+
 }  // namespace
 
 void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q) {
@@ -226,6 +286,19 @@ RowsFn rows_dot(int level_block, bool level_min) {
     if (level_block == 32) return level_min ? rows_dot_t<32, true> : rows_dot_t<32, false>;
     if (level_block == 16 && !level_min) return rows_dot_t<16, false>;
     return nullptr;
+}
+
+BlocksFn blocks_dot(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q8_0:
+            return blocks_dot_t<Q8_0Levels>;
+        case GgmlType::Q4_0:
+            return blocks_dot_t<Q4_0Levels>;
+        case GgmlType::Q5_0:
+            return blocks_dot_t<Q5_0Levels>;
+        default:
+            return nullptr;
+    }
 }
 
 }  // namespace minfer::cpu::i16::avx512
