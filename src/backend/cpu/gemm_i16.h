@@ -17,10 +17,10 @@ namespace minfer::cpu::i16 {
 void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
           float* y, const float* bias, ThreadPool& pool);
 
-// One token (decode), each output bit for bit what gemm gives that token: 16 rows' levels (to_levels)
-// at a time against x's int16 levels, their pair products folded into per-row block sums rather than
-// the rows packed k-major, and the same f32 chain with a row in each lane. gemm_ref with nt = 1 is its
-// scalar twin. Needs what gemm needs.
+// One token (decode), each output bit for bit what gemm gives that token: 16 rows' levels at a time
+// (to_levels' copy, or for Q8_0, Q4_0 and Q5_0 the blocks themselves) against x's int16 levels, their
+// pair products folded into per-row block sums rather than the rows packed k-major, and the same f32
+// chain with a row in each lane. gemm_ref with nt = 1 is its scalar twin. Needs what gemm needs.
 void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, float* y,
           const float* bias, ThreadPool& pool);
 
