@@ -137,7 +137,7 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
             const int64_t o = p * kRows, nr = std::min(kRows, n_out - o);
             if (blocks) {
                 const size_t next_rows = size_t(std::clamp<int64_t>(n_out - o - kRows, 0, kRows));
-                blocks(w + size_t(o) * row_bytes, row_bytes, xq, xd, n_in, y + o, nr,
+                blocks(w + size_t(o) * row_bytes, row_bytes, xq, xd, xs, n_in, y + o, nr,
                        bias ? bias + o : nullptr, next_rows ? w + size_t(o + kRows) * row_bytes : nullptr,
                        next_rows * row_bytes);
                 continue;

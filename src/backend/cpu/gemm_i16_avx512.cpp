@@ -13,6 +13,7 @@
 
 #include "backend/cpu/gemm_i16.h"
 #include "quant/quants_impl.h"
+#include "util/simd_avx2.h"
 
 namespace minfer::cpu::i16::avx512 {
 
@@ -216,8 +217,9 @@ struct Q5_0Levels {
 // for its share of the next panel's bytes (next, next_bytes: contiguous rows), so that panel streams in
 // while this one is multiplied.
 template <class L>
-void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, int64_t n_in,
-                  float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
+void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float*,
+                  int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next,
+                  size_t next_bytes) {
     using Block = typename L::Block;
     const int64_t chunks = n_in / 32;
     const size_t share = (next_bytes / size_t(chunks) + 64) / 64 * 64;  // bytes of `next` a step asks for
@@ -236,6 +238,57 @@ void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const f
         block_sums<1>(r, sums);
         const __m512 scale = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])), acc);
+    }
+    const auto mask = __mmask16((1u << nr) - 1);
+    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+}
+
+// Q4_K's 16 rows side by side, as blocks_dot_t reads the 32-element formats: per super-block each row's
+// eight scales d * sc and minimums dmin * m (as to_levels computes them), transposed into lane-per-row
+// vectors; per sub-block its nibbles (sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p
+// ..)), the block sums, and the chain with the minimum term.
+void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float* xs,
+              int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
+    using quants::BlockQ4K;
+    const BlockQ4K* rows[16];
+    for (int k = 0; k < 16; ++k)
+        rows[k] = reinterpret_cast<const BlockQ4K*>(w + size_t(std::min<int64_t>(k, nr - 1)) * row_bytes);
+    const int64_t chunks = n_in / 32;
+    const size_t share = (next_bytes / size_t(chunks) + 64) / 64 * 64;  // bytes of `next` a step asks for
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n_in / 256; ++i) {
+        __m512i sm[16];  // row k's eight scales, then its eight minimums; transposed: sm[j] and sm[8 + j]
+        for (int k = 0; k < 16; ++k) {
+            __m128i s8, m8;
+            simd::k_scales_mins(rows[k][i].scales, &s8, &m8);
+            const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(simd::half_to_float(rows[k][i].d)),
+                                               _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(s8)));
+            const __m256 min = _mm256_mul_ps(_mm256_set1_ps(simd::half_to_float(rows[k][i].dmin)),
+                                             _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(m8)));
+            sm[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(scale)),
+                                       _mm256_castps_si256(min), 1);
+        }
+        transpose16(sm);  // sm[j], lane k: row k's scale of sub-block j; sm[8 + j] its minimum
+        for (int j = 0; j < 8; ++j) {
+            const int64_t c = i * 8 + j;
+            for (size_t b = size_t(c) * share; b < std::min(size_t(c + 1) * share, next_bytes); b += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
+            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
+            __m512i r[16];
+            for (int k = 0; k < 16; ++k) {
+                const __m256i q =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[k][i].qs + 32 * (j / 2)));
+                const __m256i nib =
+                    _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+                r[k] = _mm512_madd_epi16(_mm512_cvtepu8_epi16(nib), xv);
+            }
+            __m512i sums[1];
+            block_sums<1>(r, sums);
+            const __m512 scale = _mm512_castsi512_ps(sm[j]), min = _mm512_castsi512_ps(sm[8 + j]);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])),
+                                  acc);
+            acc = _mm512_fnmadd_ps(min, _mm512_set1_ps(xs[c]), acc);
+        }
     }
     const auto mask = __mmask16((1u << nr) - 1);
     _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
@@ -296,6 +349,8 @@ BlocksFn blocks_dot(GgmlType type) {
             return blocks_dot_t<Q4_0Levels>;
         case GgmlType::Q5_0:
             return blocks_dot_t<Q5_0Levels>;
+        case GgmlType::Q4_K:
+            return q4_k_dot;
         default:
             return nullptr;
     }
