@@ -135,6 +135,12 @@ inline void block_sums(const __m512i (&r)[16], __m512i (&sums)[kPer]) {
         sums[0] = lo, sums[1] = hi;
 }
 
+// y[r] = acc lane r (+ bias[r]) for r < nr.
+inline void store_rows(float* y, int64_t nr, const float* bias, __m512 acc) {
+    const auto mask = __mmask16((1u << nr) - 1);
+    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+}
+
 // 16 rows' outputs, one a lane, with their levels row-major ([16][n_in]), scales and minimums
 // ([16][n_in / LB]): per 32 elements, each row's pair products with x (madd: 16 int32 lanes, 8 a
 // 16-element half), folded into every row's exact block sums in its lane (block_sums);
@@ -180,8 +186,7 @@ void rows_dot_t(const int8_t* lv, const float* scale, const float* min, const in
             }
         }
     }
-    const auto mask = __mmask16((1u << nr) - 1);
-    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+    store_rows(y, nr, bias, acc);
 }
 
 // 32 levels of a 32-element block as int16, read from the block as to_levels reads it: Q8_0's signed
@@ -211,25 +216,38 @@ struct Q5_0Levels {
     }
 };
 
+// 16 rows of blocks read side by side (w: the first row's, row_bytes apart; rows past nr repeat row
+// nr - 1), and the next panel's bytes (next, next_bytes), a share of which step(c) asks for at each of
+// the `steps` steps: the hardware prefetcher follows 16 interleaved streams poorly, so the next panel
+// streams in while this one is multiplied.
+template <class Block>
+struct Panel16 {
+    const Block* rows[16];
+    const uint8_t* next;
+    size_t next_bytes, share;
+    Panel16(const uint8_t* w, size_t row_bytes, int64_t nr, const uint8_t* nx, size_t nx_bytes, int64_t steps)
+        : next(nx), next_bytes(nx_bytes), share((nx_bytes / size_t(steps) + 64) / 64 * 64) {
+        for (int k = 0; k < 16; ++k)
+            rows[k] = reinterpret_cast<const Block*>(w + size_t(std::min<int64_t>(k, nr - 1)) * row_bytes);
+    }
+    void step(int64_t c) const {
+        for (size_t b = size_t(c) * share; b < std::min(size_t(c + 1) * share, next_bytes); b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
+    }
+};
+
 // rows_dot_t for the 32-element formats without minimums, their levels and scales read straight from
-// the 16 rows' blocks (rows past nr repeat row nr - 1) rather than from to_levels' copy.
-// The 16 rows are read side by side, which the hardware prefetcher follows poorly: each step also asks
-// for its share of the next panel's bytes (next, next_bytes: contiguous rows), so that panel streams in
-// while this one is multiplied.
+// the 16 rows' blocks (Panel16) rather than from to_levels' copy.
 template <class L>
 void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float*,
                   int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next,
                   size_t next_bytes) {
-    using Block = typename L::Block;
     const int64_t chunks = n_in / 32;
-    const size_t share = (next_bytes / size_t(chunks) + 64) / 64 * 64;  // bytes of `next` a step asks for
-    const Block* rows[16];
-    for (int k = 0; k < 16; ++k)
-        rows[k] = reinterpret_cast<const Block*>(w + size_t(std::min<int64_t>(k, nr - 1)) * row_bytes);
+    const Panel16<typename L::Block> p(w, row_bytes, nr, next, next_bytes, chunks);
+    const auto& rows = p.rows;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {
-        for (size_t b = size_t(c) * share; b < std::min(size_t(c + 1) * share, next_bytes); b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
+        p.step(c);
         const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
         __m512i r[16];
         alignas(32) uint16_t d[16];
@@ -239,22 +257,17 @@ void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const f
         const __m512 scale = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])), acc);
     }
-    const auto mask = __mmask16((1u << nr) - 1);
-    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+    store_rows(y, nr, bias, acc);
 }
 
-// Q4_K's 16 rows side by side, as blocks_dot_t reads the 32-element formats: per super-block each row's
-// eight scales d * sc and minimums dmin * m (as to_levels computes them), transposed into lane-per-row
+// Q4_K's 16 rows side by side (Panel16), as blocks_dot_t reads the 32-element formats: per super-block each
+// row's eight scales d * sc and minimums dmin * m (as to_levels computes them), transposed into lane-per-row
 // vectors; per sub-block its nibbles (sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p
 // ..)), the block sums, and the chain with the minimum term.
 void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float* xs,
               int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
-    using quants::BlockQ4K;
-    const BlockQ4K* rows[16];
-    for (int k = 0; k < 16; ++k)
-        rows[k] = reinterpret_cast<const BlockQ4K*>(w + size_t(std::min<int64_t>(k, nr - 1)) * row_bytes);
-    const int64_t chunks = n_in / 32;
-    const size_t share = (next_bytes / size_t(chunks) + 64) / 64 * 64;  // bytes of `next` a step asks for
+    const Panel16<quants::BlockQ4K> p(w, row_bytes, nr, next, next_bytes, n_in / 32);
+    const auto& rows = p.rows;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n_in / 256; ++i) {
         __m512i sm[16];  // row k's eight scales, then its eight minimums; transposed: sm[j] and sm[8 + j]
@@ -271,8 +284,7 @@ void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
         transpose16(sm);  // sm[j], lane k: row k's scale of sub-block j; sm[8 + j] its minimum
         for (int j = 0; j < 8; ++j) {
             const int64_t c = i * 8 + j;
-            for (size_t b = size_t(c) * share; b < std::min(size_t(c + 1) * share, next_bytes); b += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
+            p.step(c);
             const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
             __m512i r[16];
             for (int k = 0; k < 16; ++k) {
@@ -290,8 +302,7 @@ void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
             acc = _mm512_fnmadd_ps(min, _mm512_set1_ps(xs[c]), acc);
         }
     }
-    const auto mask = __mmask16((1u << nr) - 1);
-    _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
+    store_rows(y, nr, bias, acc);
 }
 
 }  // namespace
