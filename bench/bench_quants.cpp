@@ -164,7 +164,7 @@ void register_all() {
                 ->Args({256 << 10, 1})
                 ->Args({256 << 10, 4});
     }
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0})
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0})
         for (bool invariant : {false, true}) {
             const std::string name = std::string("matmul/") + minfer::quant_traits(t)->name +
                                      (invariant ? "/invariant" : "/default");

@@ -61,7 +61,7 @@ using RowsFn = void (*)(const int8_t* levels, const float* scale, const float* m
                         const float* xd, const float* xs, int64_t n_in, float* y, int64_t nr,
                         const float* bias);
 
-// RowsFn's arithmetic for 16 rows of Q8_0, Q4_0, Q5_0 or Q4_K (w: the first row's blocks, row_bytes
+// RowsFn's arithmetic for 16 rows of Q8_0, Q4_0, Q5_0, Q4_K or Q6_K (w: the first row's blocks, row_bytes
 // apart), their levels, scales and minimums read straight from the blocks; the next_bytes at next (the
 // following panel) are prefetched on the way.
 using BlocksFn = void (*)(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd,
@@ -77,7 +77,7 @@ void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, f
 // x's int8x2 levels as pack_token computes them, one int16 row ([n_in]), with the blocks' steps and sums.
 void token_row(const float* x, int64_t n_in, int16_t* q, float* d, float* s);
 RowsFn rows_dot(int level_block, bool level_min);  // nullptr for other block sizes
-BlocksFn blocks_dot(GgmlType type);                // Q8_0, Q4_0, Q5_0, Q4_K; nullptr for the others
+BlocksFn blocks_dot(GgmlType type);                // Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; nullptr for the others
 }  // namespace avx512
 
 }  // namespace minfer::cpu::i16

@@ -305,6 +305,55 @@ void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
     store_rows(y, nr, bias, acc);
 }
 
+// Q6_K's 16 rows side by side (Panel16): per super-block each row's sixteen scales d * sc (as to_levels
+// computes them) transposed into lane-per-row vectors; per 32 elements (group m of half h: the low or high
+// nibble of ql[64h + 32 (m & 1) ..), bits 2m, 2m + 1 of qh[32h ..) on top, less 32) the pair products, the
+// block sums of its two 16-element level blocks, and the chain.
+void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float*,
+              int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
+    const Panel16<quants::BlockQ6K> p(w, row_bytes, nr, next, next_bytes, n_in / 32);
+    const auto& rows = p.rows;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n_in / 256; ++i) {
+        __m512i sc[16];  // row k's sixteen scales; transposed: sc[j], lane k, row k's scale of block j
+        for (int k = 0; k < 16; ++k) {
+            const __m512i s8 =
+                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[k][i].scales)));
+            sc[k] = _mm512_castps_si512(
+                _mm512_mul_ps(_mm512_set1_ps(simd::half_to_float(rows[k][i].d)), _mm512_cvtepi32_ps(s8)));
+        }
+        transpose16(sc);
+        unroll<8>([&](auto j) {
+            constexpr int h = j / 4, m = j % 4;
+            const int64_t c = i * 8 + j;
+            p.step(c);
+            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
+            __m512i r[16];
+            for (int k = 0; k < 16; ++k) {
+                const auto* ql = reinterpret_cast<const __m256i*>(rows[k][i].ql + 64 * h + 32 * (m & 1));
+                const __m256i a = _mm256_loadu_si256(ql),
+                              qh = _mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(rows[k][i].qh + 32 * h));
+                const __m256i lo = _mm256_and_si256(m < 2 ? a : _mm256_srli_epi16(a, 4), low4);
+                const __m256i hi = _mm256_and_si256(
+                    m < 2 ? _mm256_slli_epi16(qh, 4 - 2 * m) : _mm256_srli_epi16(qh, 2 * m - 4), top2);
+                const __m512i lv =
+                    _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi)), _mm512_set1_epi16(32));
+                r[k] = _mm512_madd_epi16(lv, xv);
+            }
+            __m512i sums[2];
+            block_sums<2>(r, sums);
+            for (int b = 0; b < 2; ++b) {
+                const __m512 step =
+                    _mm512_mul_ps(_mm512_castsi512_ps(sc[2 * m + 8 * h + b]), _mm512_set1_ps(xd[c]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]), step, acc);
+            }
+        });
+    }
+    store_rows(y, nr, bias, acc);
+}
+
 }  // namespace
 
 void pack_rows(const int8_t* rows, int64_t n_in, int32_t* q) {
@@ -362,6 +411,8 @@ BlocksFn blocks_dot(GgmlType type) {
             return blocks_dot_t<Q5_0Levels>;
         case GgmlType::Q4_K:
             return q4_k_dot;
+        case GgmlType::Q6_K:
+            return q6_k_dot;
         default:
             return nullptr;
     }
