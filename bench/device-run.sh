@@ -71,7 +71,7 @@ for section in "$@"; do
     tests)
       for b in bin/test_cuda${VARIANT-*}; do
         echo "-- $b"
-        timeout "$(lim 220)" "$b" --gtest_filter="${FILTER:-*}" >"$OUT/${b#bin/}.txt" 2>&1
+        timeout "$(lim ${TEST_LIMIT:-220})" "$b" --gtest_filter="${FILTER:-*}" >"$OUT/${b#bin/}.txt" 2>&1
         tail -2 "$OUT/${b#bin/}.txt"; grep -E "FAILED|Failure" "$OUT/${b#bin/}.txt" | head -20
       done ;;
     engine)
