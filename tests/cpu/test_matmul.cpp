@@ -163,7 +163,7 @@ void check_i16_against_ref(const QuantTraits& q, const Problem& p, const std::ve
 
 // Whether matmul runs the int16 GEMM for this call (matmul.h).
 bool takes_i16(const QuantTraits& q, DecodeDot mode, int64_t nt) {
-    return nt > kIntDotMaxTokens && mode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+    return nt > int_dot_max_tokens(q, mode) && mode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
 }
 
 void check_type(const QuantTraits& q, std::mt19937& rng) {
@@ -172,13 +172,13 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
     for (int64_t n_in : {37, 96, 256, 768}) {
         if (n_in % q.block_size != 0) continue;
         for (int64_t n_out : {1, 13, 67}) {
-            for (int64_t nt : {1, 2, 7, 33}) {
+            for (int64_t nt : {1, 2, 7, 10, 33}) {
                 const Problem p = make_problem(q, n_in, n_out, nt, rng);
                 for (bool with_bias : {false, true}) {
                     const float* bias = with_bias ? p.bias.data() : nullptr;
                     std::vector<float> want(static_cast<size_t>(nt * n_out)), first, want_i16;
                     matmul_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
-                    if (q.to_levels && nt > kIntDotMaxTokens) {
+                    if (q.to_levels && nt > kIntDotBeforeGemm) {
                         want_i16.resize(want.size());
                         i16::gemm_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want_i16.data(), bias);
                         check_i16_against_ref(q, p, want_i16, bias);
@@ -191,7 +191,7 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
                             const bool integer = mode == DecodeDot::Int8
                                                      ? q.vec_dot_q8 != nullptr
                                                      : mode == DecodeDot::Int8x2 && q.vec_dot_x2 != nullptr;
-                            if (integer && nt <= kIntDotMaxTokens) {
+                            if (integer && nt <= int_dot_max_tokens(q, mode)) {
                                 check_int_plumbing(q, mode, p, y, bias);
                                 check_int_against_ref(q, mode, p, y, want, with_bias);
                             } else if (takes_i16(q, mode, nt)) {

@@ -131,7 +131,9 @@ void expect_invariant_under_load(const Model& m, const std::vector<std::vector<i
         }
     }
     EXPECT_GT(compared, 1000);
-    if (prefix_cache) EXPECT_GE(e.prefix_hit_tokens(), 64) << "the shared prefix came from the cache";
+    if (prefix_cache) {
+        EXPECT_GE(e.prefix_hit_tokens(), 64) << "the shared prefix came from the cache";
+    }
 }
 
 std::vector<std::vector<int32_t>> golden_prompts(const std::string& ref) {

@@ -194,7 +194,17 @@ void check_row_length(const QuantTraits& q, int64_t n_in) {
                     q.name + " block size " + std::to_string(q.block_size));
 }
 
+// Whether matmul's wide products of q take the int16 GEMM (matmul.h).
+bool int16_gemm_runs(const QuantTraits& q, DecodeDot decode) {
+    return decode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+}
+
 }  // namespace
+
+int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode) {
+    if (!int16_gemm_runs(q, decode)) return kIntDotMaxTokens;
+    return q.type == GgmlType::Q8_0 ? kIntDotBeforeGemmQ8_0 : kIntDotBeforeGemm;
+}
 
 // With `invariant`, the integer types keep decode's dots for every nt, and the others the f32 tiles for
 // every nt (where AVX2 runs them): each output of the tiles is one f32 FMA chain per k block of 64,
@@ -208,11 +218,11 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
     const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
                x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    const bool int16_gemm = decode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+    const bool int16_gemm = int16_gemm_runs(q, decode);
     if (invariant && x2 && int16_gemm) {
         if (nt == 1) return i16::gemv(q, wb, n_in, n_out, x, y, bias, pool);
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
-    } else if ((nt <= kIntDotMaxTokens || invariant) && (int8 || x2)) {
+    } else if ((nt <= int_dot_max_tokens(q, decode) || invariant) && (int8 || x2)) {
         int_matmul(a, int8, pool);
     } else if (!invariant && nt > 1 && int16_gemm) {
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);

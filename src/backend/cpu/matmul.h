@@ -29,10 +29,14 @@ enum class DecodeDot { F32, Int8, Int8x2 };
 // (vec_dot_x2_cols). Other types (and DecodeDot::F32) run the f32 tiles for every nt, decode included.
 // invariant == false: the fastest path for each nt, as described above.
 //
-// Without invariance, products of up to this many columns still take the integer dots (weights read once
-// for all columns beat the int16 GEMM's panel repacking there: bench_quants 4864x896, 2 threads,
-// AVX-512, Q4_K nt=4 347 vs 724 us, nt=8 692 vs 882), wider ones the GEMM (nt=32: 1571 vs 3231 us).
-inline constexpr int64_t kIntDotMaxTokens = 16;
+// Without invariance, products of up to int_dot_max_tokens(q, decode) columns of a type with the chosen
+// integer dot take those dots (weights read once for all columns), wider ones the int16 GEMM where it
+// runs (AVX-512 VNNI, a type with levels, decode not F32), else the f32 tiles. Where the GEMM runs, the
+// dots keep up to kIntDotBeforeGemm columns (kIntDotBeforeGemmQ8_0 for Q8_0, whose levels are its bytes):
+// in the model, weights streamed from memory, the GEMM's one pass over each panel wins from there
+// (PERF-NOTES.md, "The dots' width before the int16 GEMM"); elsewhere kIntDotMaxTokens.
+inline constexpr int64_t kIntDotMaxTokens = 16, kIntDotBeforeGemm = 8, kIntDotBeforeGemmQ8_0 = 12;
+int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode);
 
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
             float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32,
