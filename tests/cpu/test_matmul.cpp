@@ -163,7 +163,7 @@ void check_i16_against_ref(const QuantTraits& q, const Problem& p, const std::ve
 
 // Whether matmul runs the int16 GEMM for this call (matmul.h).
 bool takes_i16(const QuantTraits& q, DecodeDot mode, int64_t nt) {
-    return nt > int_dot_max_tokens(q, mode) && mode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
+    return nt > 1 && mode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
 }
 
 void check_type(const QuantTraits& q, std::mt19937& rng) {
@@ -178,7 +178,7 @@ void check_type(const QuantTraits& q, std::mt19937& rng) {
                     const float* bias = with_bias ? p.bias.data() : nullptr;
                     std::vector<float> want(static_cast<size_t>(nt * n_out)), first, want_i16;
                     matmul_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
-                    if (q.to_levels && nt > kIntDotBeforeGemm) {
+                    if (q.to_levels && nt > 1) {
                         want_i16.resize(want.size());
                         i16::gemm_ref(q, p.w.data(), n_in, n_out, p.x.data(), nt, want_i16.data(), bias);
                         check_i16_against_ref(q, p, want_i16, bias);
@@ -241,9 +241,10 @@ TEST(Matmul, RejectsRowLengthOffBlockSize) {
     }
 }
 
-// The int16 GEMM's one-token form (i16::gemv, which matmul runs for one column under invariance) against
-// its scalar twin, gemm_ref of that token: the same bits, for every type the GEMM takes, rows of one to
-// many 32-element chunks (the kernel sums them sixteen at a time, so 19 super-blocks leave a tail), row
+// The int16 GEMM's few-token form (i16::gemv, which matmul runs for a few columns under invariance)
+// against its scalar twin, gemm_ref of those tokens: the same bits, for every type the GEMM takes, one to
+// nine tokens (the block readers take up to four at a time, so 5 and 9 leave a group of one), rows of one
+// to many 32-element chunks (the kernel sums them sixteen at a time, so 19 super-blocks leave a tail), row
 // counts that split unevenly between threads, with and without bias, and x of every magnitude.
 TEST(Matmul, Int16GemvEqualsItsTwin) {
     if (!quants_use_avx512()) GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI): no int16 GEMM";
@@ -254,21 +255,22 @@ TEST(Matmul, Int16GemvEqualsItsTwin) {
         const QuantTraits* q = quant_traits(t);
         if (!q || !q->to_levels) continue;
         ++tested;
-        for (int64_t n_in : {256, 768, 4864})
-            for (int64_t n_out : {1, 37})
-                for (float scale : {0.0f, 1e-3f, 1.0f, 3e4f}) {
-                    Problem p = make_problem(*q, n_in, n_out, 1, rng);
-                    for (float& v : p.x) v *= scale;
-                    for (bool with_bias : {false, true}) {
-                        const float* bias = with_bias ? p.bias.data() : nullptr;
-                        std::vector<float> y(static_cast<size_t>(n_out), NAN), want(y.size());
-                        i16::gemv(*q, p.w.data(), n_in, n_out, p.x.data(), y.data(), bias, pool);
-                        i16::gemm_ref(*q, p.w.data(), n_in, n_out, p.x.data(), 1, want.data(), bias);
-                        ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
-                            << q->name << " n_in " << n_in << " n_out " << n_out << " x scale " << scale
-                            << (bias ? " bias" : "");
+        for (int64_t nt : {1, 3, 4, 5, 9})
+            for (int64_t n_in : {256, 768, 4864})
+                for (int64_t n_out : {1, 37})
+                    for (float scale : {0.0f, 1e-3f, 1.0f, 3e4f}) {
+                        Problem p = make_problem(*q, n_in, n_out, nt, rng);
+                        for (float& v : p.x) v *= scale;
+                        for (bool with_bias : {false, true}) {
+                            const float* bias = with_bias ? p.bias.data() : nullptr;
+                            std::vector<float> y(static_cast<size_t>(nt * n_out), NAN), want(y.size());
+                            i16::gemv(*q, p.w.data(), n_in, n_out, p.x.data(), nt, y.data(), bias, pool);
+                            i16::gemm_ref(*q, p.w.data(), n_in, n_out, p.x.data(), nt, want.data(), bias);
+                            ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
+                                << q->name << " nt " << nt << " n_in " << n_in << " n_out " << n_out
+                                << " x scale " << scale << (bias ? " bias" : "");
+                        }
                     }
-                }
     }
     EXPECT_GE(tested, 6) << "types with integer levels";
 }

@@ -113,20 +113,21 @@ void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
     });
 }
 
-void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, float* y,
-          const float* bias, ThreadPool& pool) {
+void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+          float* y, const float* bias, ThreadPool& pool) {
     // Panels a thread claims at a time: about 32 KB of weights, as matmul's decode paths claim rows.
     constexpr size_t kChunkBytes = 32 << 10;
     const size_t row_bytes = quant_row_bytes(q, n_in);
     const auto nb32 = size_t(n_in / kQK0), nb = size_t(n_in / q.level_block);
     thread_local std::vector<int16_t> xq_buf;  // the calling thread's; workers get plain pointers
     thread_local std::vector<float> xd_buf, xs_buf;
-    xq_buf.resize(size_t(n_in)), xd_buf.resize(nb32), xs_buf.resize(nb32);
-    avx512::token_row(x, n_in, xq_buf.data(), xd_buf.data(), xs_buf.data());
+    xq_buf.resize(size_t(nt * n_in)), xd_buf.resize(size_t(nt) * nb32), xs_buf.resize(size_t(nt) * nb32);
+    for (int64_t t = 0; t < nt; ++t)
+        avx512::token_row(x + t * n_in, n_in, &xq_buf[size_t(t * n_in)], &xd_buf[size_t(t) * nb32],
+                          &xs_buf[size_t(t) * nb32]);
     const int16_t* xq = xq_buf.data();
     const float *xd = xd_buf.data(), *xs = xs_buf.data();
     const RowsFn dot = avx512::rows_dot(q.level_block, q.level_min);
-    const BlocksFn blocks = avx512::blocks_dot(q.type);
     const int64_t panels = (n_out + kRows - 1) / kRows;
     const int64_t per_task = std::max<int64_t>(1, int64_t(kChunkBytes / (row_bytes * size_t(kRows))));
     pool.parallel_for_stealing(panels, per_task, [&](int64_t p0, int64_t p1) {
@@ -135,11 +136,18 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
         levels.resize(size_t(kRows * n_in)), scale.resize(kRows * nb), min.resize(kRows * nb);
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t o = p * kRows, nr = std::min(kRows, n_out - o);
-            if (blocks) {
+            const float* pb = bias ? bias + o : nullptr;
+            if (avx512::blocks_dot(q.type, 1)) {
                 const size_t next_rows = size_t(std::clamp<int64_t>(n_out - o - kRows, 0, kRows));
-                blocks(w + size_t(o) * row_bytes, row_bytes, xq, xd, xs, n_in, y + o, nr,
-                       bias ? bias + o : nullptr, next_rows ? w + size_t(o + kRows) * row_bytes : nullptr,
-                       next_rows * row_bytes);
+                for (int64_t t0 = 0; t0 < nt; t0 += kGemvGroup) {  // later groups find the panel in cache
+                    const int tn = int(std::min<int64_t>(kGemvGroup, nt - t0));
+                    const bool last = t0 + tn == nt;
+                    avx512::blocks_dot(q.type, tn)(
+                        w + size_t(o) * row_bytes, row_bytes, xq + t0 * n_in, xd + size_t(t0) * nb32,
+                        xs + size_t(t0) * nb32, n_in, y + t0 * n_out + o, n_out, nr, pb,
+                        last && next_rows ? w + size_t(o + kRows) * row_bytes : nullptr,
+                        last ? next_rows * row_bytes : 0);
+                }
                 continue;
             }
             for (int64_t r = 0; r < nr; ++r) {
@@ -151,8 +159,9 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
                 q.to_levels(w + size_t(o + r) * row_bytes, &levels[size_t(r * n_in)], &scale[size_t(r) * nb],
                             &min[size_t(r) * nb], n_in);
             }
-            dot(levels.data(), scale.data(), min.data(), xq, xd, xs, n_in, y + o, nr,
-                bias ? bias + o : nullptr);
+            for (int64_t t = 0; t < nt; ++t)
+                dot(levels.data(), scale.data(), min.data(), xq + t * n_in, xd + size_t(t) * nb32,
+                    xs + size_t(t) * nb32, n_in, y + t * n_out + o, nr, pb);
         }
     });
 }

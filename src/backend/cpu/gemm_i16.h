@@ -17,12 +17,13 @@ namespace minfer::cpu::i16 {
 void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
           float* y, const float* bias, ThreadPool& pool);
 
-// One token (decode), each output bit for bit what gemm gives that token: 16 rows' levels at a time
-// (to_levels' copy, or for Q8_0, Q4_0, Q5_0 and Q4_K the blocks themselves) against x's int16 levels, their
-// pair products folded into per-row block sums rather than the rows packed k-major, and the same f32
-// chain with a row in each lane. gemm_ref with nt = 1 is its scalar twin. Needs what gemm needs.
-void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, float* y,
-          const float* bias, ThreadPool& pool);
+// A few tokens (decode), each output bit for bit what gemm gives that token: 16 rows' levels at a time
+// (to_levels' copy, or for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K the blocks themselves, unpacked once for up to
+// kGemvGroup tokens) against each token's int16 levels, their pair products folded into per-row block sums
+// rather than the rows packed k-major, and the same f32 chain with a row in each lane. Each panel's weights
+// are read from memory once for all nt tokens. gemm_ref is its scalar twin. Needs what gemm needs.
+void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
+          float* y, const float* bias, ThreadPool& pool);
 
 // Scalar twin, single-threaded: the same levels, the same integer sums and the same f32 operations in the
 // same order, so gemm gives its bits.
@@ -62,11 +63,13 @@ using RowsFn = void (*)(const int8_t* levels, const float* scale, const float* m
                         const float* bias);
 
 // RowsFn's arithmetic for 16 rows of Q8_0, Q4_0, Q5_0, Q4_K or Q6_K (w: the first row's blocks, row_bytes
-// apart), their levels, scales and minimums read straight from the blocks; the next_bytes at next (the
-// following panel) are prefetched on the way.
+// apart) and the tokens the function is made for (blocks_dot's nt; x token-major: levels [nt][n_in], steps
+// and sums [nt][n_in / 32]; y[t * y_stride + r]), their levels, scales and minimums read straight from the
+// blocks; the next_bytes at next (the following panel) are prefetched on the way.
 using BlocksFn = void (*)(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd,
-                          const float* xs, int64_t n_in, float* y, int64_t nr, const float* bias,
-                          const uint8_t* next, size_t next_bytes);
+                          const float* xs, int64_t n_in, float* y, int64_t y_stride, int64_t nr,
+                          const float* bias, const uint8_t* next, size_t next_bytes);
+inline constexpr int kGemvGroup = 4;  // tokens a BlocksFn takes at most
 
 namespace avx512 {
 const MicroFn* micros(int level_block, bool level_min);  // nullptr for other block sizes
@@ -77,7 +80,8 @@ void pack_token(const float* x, int64_t n_in, int64_t t, int32_t* q, float* d, f
 // x's int8x2 levels as pack_token computes them, one int16 row ([n_in]), with the blocks' steps and sums.
 void token_row(const float* x, int64_t n_in, int16_t* q, float* d, float* s);
 RowsFn rows_dot(int level_block, bool level_min);  // nullptr for other block sizes
-BlocksFn blocks_dot(GgmlType type);                // Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; nullptr for the others
+// For nt (1 .. kGemvGroup) tokens of Q8_0, Q4_0, Q5_0, Q4_K or Q6_K; nullptr for the other types.
+BlocksFn blocks_dot(GgmlType type, int nt);
 }  // namespace avx512
 
 }  // namespace minfer::cpu::i16

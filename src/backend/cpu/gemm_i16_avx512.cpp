@@ -237,38 +237,49 @@ struct Panel16 {
 };
 
 // rows_dot_t for the 32-element formats without minimums, their levels and scales read straight from
-// the 16 rows' blocks (Panel16) rather than from to_levels' copy.
-template <class L>
+// the 16 rows' blocks (Panel16) rather than from to_levels' copy; T tokens (x token-major: levels [T][n_in],
+// steps [T][n_in / 32]; y[t * y_stride + r]), the levels unpacked once for all of them and each token's
+// chain the one-token chain.
+template <class L, int T>
 void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float*,
-                  int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next,
-                  size_t next_bytes) {
+                  int64_t n_in, float* y, int64_t y_stride, int64_t nr, const float* bias,
+                  const uint8_t* next, size_t next_bytes) {
     const int64_t chunks = n_in / 32;
     const Panel16<typename L::Block> p(w, row_bytes, nr, next, next_bytes, chunks);
     const auto& rows = p.rows;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {
         p.step(c);
-        const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
-        __m512i r[16];
+        __m512i lv[16];
         alignas(32) uint16_t d[16];
-        for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(L::levels(rows[k][c]), xv), d[k] = rows[k][c].d;
-        __m512i sums[1];
-        block_sums<1>(r, sums);
+        for (int k = 0; k < 16; ++k) lv[k] = L::levels(rows[k][c]), d[k] = rows[k][c].d;
         const __m512 scale = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])), acc);
+        unroll<T>([&](auto t) {
+            const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
+            __m512i r[16], sums[1];
+            for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
+            block_sums<1>(r, sums);
+            const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(xd[t * chunks + c]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), step, acc[t]);
+        });
     }
-    store_rows(y, nr, bias, acc);
+    unroll<T>([&](auto t) { store_rows(y + t * y_stride, nr, bias, acc[t]); });
 }
 
 // Q4_K's 16 rows side by side (Panel16), as blocks_dot_t reads the 32-element formats: per super-block each
 // row's eight scales d * sc and minimums dmin * m (as to_levels computes them), transposed into lane-per-row
 // vectors; per sub-block its nibbles (sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p
-// ..)), the block sums, and the chain with the minimum term.
+// ..)), then for each token the block sums and the chain with the minimum term.
+template <int T>
 void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float* xs,
-              int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
-    const Panel16<quants::BlockQ4K> p(w, row_bytes, nr, next, next_bytes, n_in / 32);
+              int64_t n_in, float* y, int64_t y_stride, int64_t nr, const float* bias, const uint8_t* next,
+              size_t next_bytes) {
+    const int64_t chunks = n_in / 32;
+    const Panel16<quants::BlockQ4K> p(w, row_bytes, nr, next, next_bytes, chunks);
     const auto& rows = p.rows;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n_in / 256; ++i) {
         __m512i sm[16];  // row k's eight scales, then its eight minimums; transposed: sm[j] and sm[8 + j]
         for (int k = 0; k < 16; ++k) {
@@ -285,36 +296,42 @@ void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
         for (int j = 0; j < 8; ++j) {
             const int64_t c = i * 8 + j;
             p.step(c);
-            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
-            __m512i r[16];
+            __m512i lv[16];
             for (int k = 0; k < 16; ++k) {
                 const __m256i q =
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[k][i].qs + 32 * (j / 2)));
-                const __m256i nib =
-                    _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
-                r[k] = _mm512_madd_epi16(_mm512_cvtepu8_epi16(nib), xv);
+                lv[k] = _mm512_cvtepu8_epi16(
+                    _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F)));
             }
-            __m512i sums[1];
-            block_sums<1>(r, sums);
             const __m512 scale = _mm512_castsi512_ps(sm[j]), min = _mm512_castsi512_ps(sm[8 + j]);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), _mm512_mul_ps(scale, _mm512_set1_ps(xd[c])),
-                                  acc);
-            acc = _mm512_fnmadd_ps(min, _mm512_set1_ps(xs[c]), acc);
+            unroll<T>([&](auto t) {
+                const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
+                __m512i r[16], sums[1];
+                for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
+                block_sums<1>(r, sums);
+                const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(xd[t * chunks + c]));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), step, acc[t]);
+                acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xs[t * chunks + c]), acc[t]);
+            });
         }
     }
-    store_rows(y, nr, bias, acc);
+    unroll<T>([&](auto t) { store_rows(y + t * y_stride, nr, bias, acc[t]); });
 }
 
 // Q6_K's 16 rows side by side (Panel16): per super-block each row's sixteen scales d * sc (as to_levels
 // computes them) transposed into lane-per-row vectors; per 32 elements (group m of half h: the low or high
-// nibble of ql[64h + 32 (m & 1) ..), bits 2m, 2m + 1 of qh[32h ..) on top, less 32) the pair products, the
-// block sums of its two 16-element level blocks, and the chain.
+// nibble of ql[64h + 32 (m & 1) ..), bits 2m, 2m + 1 of qh[32h ..) on top, less 32) the levels, then for
+// each token the pair products, the block sums of its two 16-element level blocks, and the chain.
+template <int T>
 void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float* xd, const float*,
-              int64_t n_in, float* y, int64_t nr, const float* bias, const uint8_t* next, size_t next_bytes) {
-    const Panel16<quants::BlockQ6K> p(w, row_bytes, nr, next, next_bytes, n_in / 32);
+              int64_t n_in, float* y, int64_t y_stride, int64_t nr, const float* bias, const uint8_t* next,
+              size_t next_bytes) {
+    const int64_t chunks = n_in / 32;
+    const Panel16<quants::BlockQ6K> p(w, row_bytes, nr, next, next_bytes, chunks);
     const auto& rows = p.rows;
     const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n_in / 256; ++i) {
         __m512i sc[16];  // row k's sixteen scales; transposed: sc[j], lane k, row k's scale of block j
         for (int k = 0; k < 16; ++k) {
@@ -328,8 +345,7 @@ void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
             constexpr int h = j / 4, m = j % 4;
             const int64_t c = i * 8 + j;
             p.step(c);
-            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
-            __m512i r[16];
+            __m512i lv[16];
             for (int k = 0; k < 16; ++k) {
                 const auto* ql = reinterpret_cast<const __m256i*>(rows[k][i].ql + 64 * h + 32 * (m & 1));
                 const __m256i a = _mm256_loadu_si256(ql),
@@ -338,21 +354,43 @@ void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
                 const __m256i lo = _mm256_and_si256(m < 2 ? a : _mm256_srli_epi16(a, 4), low4);
                 const __m256i hi = _mm256_and_si256(
                     m < 2 ? _mm256_slli_epi16(qh, 4 - 2 * m) : _mm256_srli_epi16(qh, 2 * m - 4), top2);
-                const __m512i lv =
+                lv[k] =
                     _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi)), _mm512_set1_epi16(32));
-                r[k] = _mm512_madd_epi16(lv, xv);
             }
-            __m512i sums[2];
-            block_sums<2>(r, sums);
-            for (int b = 0; b < 2; ++b) {
-                const __m512 step =
-                    _mm512_mul_ps(_mm512_castsi512_ps(sc[2 * m + 8 * h + b]), _mm512_set1_ps(xd[c]));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]), step, acc);
-            }
+            unroll<T>([&](auto t) {
+                const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
+                __m512i r[16], sums[2];
+                for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
+                block_sums<2>(r, sums);
+                for (int b = 0; b < 2; ++b) {
+                    const __m512 step = _mm512_mul_ps(_mm512_castsi512_ps(sc[2 * m + 8 * h + b]),
+                                                      _mm512_set1_ps(xd[t * chunks + c]));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]), step, acc[t]);
+                }
+            });
         });
     }
-    store_rows(y, nr, bias, acc);
+    unroll<T>([&](auto t) { store_rows(y + t * y_stride, nr, bias, acc[t]); });
 }
+
+// The kernels of one block reader for 1 .. kGemvGroup tokens.
+template <template <int> class K>
+constexpr BlocksFn kByTokens[kGemvGroup] = {K<1>::fn, K<2>::fn, K<3>::fn, K<4>::fn};
+template <class L>
+struct Blocks32 {
+    template <int T>
+    struct Of {
+        static constexpr BlocksFn fn = blocks_dot_t<L, T>;
+    };
+};
+template <int T>
+struct Q4K {
+    static constexpr BlocksFn fn = q4_k_dot<T>;
+};
+template <int T>
+struct Q6K {
+    static constexpr BlocksFn fn = q6_k_dot<T>;
+};
 
 }  // namespace
 
@@ -401,18 +439,18 @@ RowsFn rows_dot(int level_block, bool level_min) {
     return nullptr;
 }
 
-BlocksFn blocks_dot(GgmlType type) {
+BlocksFn blocks_dot(GgmlType type, int nt) {
     switch (type) {
         case GgmlType::Q8_0:
-            return blocks_dot_t<Q8_0Levels>;
+            return kByTokens<Blocks32<Q8_0Levels>::Of>[nt - 1];
         case GgmlType::Q4_0:
-            return blocks_dot_t<Q4_0Levels>;
+            return kByTokens<Blocks32<Q4_0Levels>::Of>[nt - 1];
         case GgmlType::Q5_0:
-            return blocks_dot_t<Q5_0Levels>;
+            return kByTokens<Blocks32<Q5_0Levels>::Of>[nt - 1];
         case GgmlType::Q4_K:
-            return q4_k_dot;
+            return kByTokens<Q4K>[nt - 1];
         case GgmlType::Q6_K:
-            return q6_k_dot;
+            return kByTokens<Q6K>[nt - 1];
         default:
             return nullptr;
     }

@@ -202,15 +202,19 @@ bool int16_gemm_runs(const QuantTraits& q, DecodeDot decode) {
 }  // namespace
 
 int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode) {
-    if (!int16_gemm_runs(q, decode)) return kIntDotMaxTokens;
-    return q.type == GgmlType::Q8_0 ? kIntDotBeforeGemmQ8_0 : kIntDotBeforeGemm;
+    return int16_gemm_runs(q, decode) ? 1 : kIntDotMaxTokens;
 }
 
-// With `invariant`, the integer types keep decode's dots for every nt, and the others the f32 tiles for
-// every nt (where AVX2 runs them): each output of the tiles is one f32 FMA chain per k block of 64,
-// in k order, the blocks summed in order and the bias added last, whichever micro-kernel (1..6 or 12
-// tokens, AVX2 or AVX-512) and whatever position in its token group the column gets, so its bits do not
-// depend on nt; dot_rows (q.dot per column) serves where AVX2 is missing.
+int64_t gemv_max_tokens(const QuantTraits& q) {
+    return q.block_size == 32 ? kGemvMaxTokens32 : kGemvMaxTokensK;  // 32-element formats, else K-quants
+}
+
+// With `invariant`, the types the int16 GEMM takes run its arithmetic for every nt (gemv for a few
+// columns, the GEMM for more: the same bits); other integer types keep decode's dots for every nt, and
+// the rest the f32 tiles for every nt (where AVX2 runs them): each output of the tiles is one f32 FMA
+// chain per k block of 64, in k order, the blocks summed in order and the bias added last, whichever
+// micro-kernel (1..6 or 12 tokens, AVX2 or AVX-512) and whatever position in its token group the column
+// gets, so its bits do not depend on nt; dot_rows (q.dot per column) serves where AVX2 is missing.
 void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
             float* y, const float* bias, ThreadPool& pool, DecodeDot decode, bool invariant) {
     check_row_length(q, n_in);
@@ -218,14 +222,11 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
     const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
                x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    const bool int16_gemm = int16_gemm_runs(q, decode);
-    if (invariant && x2 && int16_gemm) {
-        if (nt == 1) return i16::gemv(q, wb, n_in, n_out, x, y, bias, pool);
+    if (int16_gemm_runs(q, decode) && (invariant ? x2 : nt > 1)) {
+        if (nt <= gemv_max_tokens(q)) return i16::gemv(q, wb, n_in, n_out, x, nt, y, bias, pool);
         i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
     } else if ((nt <= int_dot_max_tokens(q, decode) || invariant) && (int8 || x2)) {
         int_matmul(a, int8, pool);
-    } else if (!invariant && nt > 1 && int16_gemm) {
-        i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
     } else if ((nt > 1 || invariant) && cpu_has_avx2()) {
         tiled_matmul(a, pool);
     } else {
