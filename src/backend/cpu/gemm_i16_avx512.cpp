@@ -141,6 +141,21 @@ inline void store_rows(float* y, int64_t nr, const float* bias, __m512 acc) {
     _mm512_mask_storeu_ps(y, mask, bias ? _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias)) : acc);
 }
 
+// The 16 rows' exact block sums, one row a lane (block_sums), of their levels lv (32 elements each, int16)
+// against one token's 32 levels at xq.
+template <int kPer>
+inline void token_sums(const __m512i (&lv)[16], const int16_t* xq, __m512i (&sums)[kPer]) {
+    const __m512i xv = _mm512_loadu_si512(xq);
+    __m512i r[16];
+    for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
+    block_sums<kPer>(r, sums);
+}
+
+// One link of the micro-kernels' chain: acc = fma(float(sum), scale * d, acc).
+inline __m512 chain(__m512 acc, __m512i sum, __m512 scale, float d) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(d)), acc);
+}
+
 // 16 rows' outputs, one a lane, with their levels row-major ([16][n_in]), scales and minimums
 // ([16][n_in / LB]): per 32 elements, each row's pair products with x (madd: 16 int32 lanes, 8 a
 // 16-element half), folded into every row's exact block sums in its lane (block_sums);
@@ -256,12 +271,9 @@ void blocks_dot_t(const uint8_t* w, size_t row_bytes, const int16_t* xq, const f
         for (int k = 0; k < 16; ++k) lv[k] = L::levels(rows[k][c]), d[k] = rows[k][c].d;
         const __m512 scale = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
         unroll<T>([&](auto t) {
-            const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
-            __m512i r[16], sums[1];
-            for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
-            block_sums<1>(r, sums);
-            const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(xd[t * chunks + c]));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), step, acc[t]);
+            __m512i sums[1];
+            token_sums<1>(lv, xq + t * n_in + 32 * c, sums);
+            acc[t] = chain(acc[t], sums[0], scale, xd[t * chunks + c]);
         });
     }
     unroll<T>([&](auto t) { store_rows(y + t * y_stride, nr, bias, acc[t]); });
@@ -305,12 +317,9 @@ void q4_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
             }
             const __m512 scale = _mm512_castsi512_ps(sm[j]), min = _mm512_castsi512_ps(sm[8 + j]);
             unroll<T>([&](auto t) {
-                const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
-                __m512i r[16], sums[1];
-                for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
-                block_sums<1>(r, sums);
-                const __m512 step = _mm512_mul_ps(scale, _mm512_set1_ps(xd[t * chunks + c]));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]), step, acc[t]);
+                __m512i sums[1];
+                token_sums<1>(lv, xq + t * n_in + 32 * c, sums);
+                acc[t] = chain(acc[t], sums[0], scale, xd[t * chunks + c]);
                 acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(xs[t * chunks + c]), acc[t]);
             });
         }
@@ -358,15 +367,11 @@ void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
                     _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi)), _mm512_set1_epi16(32));
             }
             unroll<T>([&](auto t) {
-                const __m512i xv = _mm512_loadu_si512(xq + t * n_in + 32 * c);
-                __m512i r[16], sums[2];
-                for (int k = 0; k < 16; ++k) r[k] = _mm512_madd_epi16(lv[k], xv);
-                block_sums<2>(r, sums);
-                for (int b = 0; b < 2; ++b) {
-                    const __m512 step = _mm512_mul_ps(_mm512_castsi512_ps(sc[2 * m + 8 * h + b]),
-                                                      _mm512_set1_ps(xd[t * chunks + c]));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]), step, acc[t]);
-                }
+                __m512i sums[2];
+                token_sums<2>(lv, xq + t * n_in + 32 * c, sums);
+                for (int b = 0; b < 2; ++b)
+                    acc[t] = chain(acc[t], sums[b], _mm512_castsi512_ps(sc[2 * m + 8 * h + b]),
+                                   xd[t * chunks + c]);
             });
         });
     }
