@@ -4,14 +4,16 @@
 # the sections in order, each under a timeout that also keeps the whole call within BUDGET seconds
 # (default 540, under the tool's 600-second limit). Everything goes to $OUT/log.
 # Sections:
-#   tests    every bin/test_cuda* (FILTER: a gtest filter), summary and failures; the full logs in $OUT
+#   tests    every bin/test_cuda* (FILTER: a gtest filter; TEST_LIMIT seconds each, default 220),
+#            summary and failures; the full logs in $OUT
 #   engine   every bin/test_engine*'s CUDA goldens, batch, session and invariance tests (needs DATA=1's
 #            archive)
 #   mma      every bin/bench_cuda_mma* at 20 iterations, 32 and 64 columns
 #   matvec   every bin/bench_cuda_matvec* at 20 iterations, the int8 rows (one token's products)
 #   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
 #            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved);
-#            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are)
+#            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are); FLAGS
+#            are added to every bench (e.g. --deterministic)
 #   timeline bench/cuda-timeline.sh with B=${TL_B:-8} on TL_MODEL (default qwen2.5-0.5b:Q4_K_M); needs
 #            libminfer_cuda_timeline.so packed beside bin/minfer
 #   peer     nothing: starts llama.cpp's build (carry/peer) for compare or serve in a later call
@@ -95,7 +97,7 @@ for section in "$@"; do
             [ -x "${b#* }" ] || continue
             e=; [[ $b == *" "* ]] && e=${b% *}
             echo "-- $m $b: $(env $e timeout "$(lim 60)" "${b#* }" bench -m "$f" --device cuda \
-              --parallel "${B:-24,32,64}" -p 128 -n 128 --json | python3 -c 'import json, sys
+              --parallel "${B:-24,32,64}" -p 128 -n 128 ${FLAGS:-} --json | python3 -c 'import json, sys
 rows = map(json.loads, sys.stdin)
 print(" ".join("B=%d S_PP %.0f S_TG %.0f" % (r["pl"], r["speed_pp"], r["speed_tg"]) for r in rows))')"
           done
