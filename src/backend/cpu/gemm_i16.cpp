@@ -128,6 +128,7 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
     const int16_t* xq = xq_buf.data();
     const float *xd = xd_buf.data(), *xs = xs_buf.data();
     const RowsFn dot = avx512::rows_dot(q.level_block, q.level_min);
+    const bool from_blocks = avx512::blocks_dot(q.type, 1) != nullptr;
     const int64_t panels = (n_out + kRows - 1) / kRows;
     const int64_t per_task = std::max<int64_t>(1, int64_t(kChunkBytes / (row_bytes * size_t(kRows))));
     pool.parallel_for_stealing(panels, per_task, [&](int64_t p0, int64_t p1) {
@@ -137,7 +138,7 @@ void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t o = p * kRows, nr = std::min(kRows, n_out - o);
             const float* pb = bias ? bias + o : nullptr;
-            if (avx512::blocks_dot(q.type, 1)) {
+            if (from_blocks) {
                 const size_t next_rows = size_t(std::clamp<int64_t>(n_out - o - kRows, 0, kRows));
                 for (int64_t t0 = 0; t0 < nt; t0 += kGemvGroup) {  // later groups find the panel in cache
                     const int tn = int(std::min<int64_t>(kGemvGroup, nt - t0));

@@ -34,9 +34,9 @@ enum class DecodeDot { F32, Int8, Int8x2 };
 // column takes the chosen integer dot, 2 to gemv_max_tokens(q) columns the GEMM's few-token form
 // (i16::gemv: each panel's weights unpacked once for up to four tokens, read from memory once for all)
 // and wider products the GEMM; elsewhere up to kIntDotMaxTokens columns take the integer dots (weights
-// read once for all columns) and wider ones the f32 tiles. gemv beat both the dots and the GEMM over those
-// widths in batched decode: 16 columns for the 32-element formats, 12 for the K-quants, where the GEMM
-// won at 16 (PERF-NOTES.md, "A few tokens on the int16 GEMM's arithmetic").
+// read once for all columns) and wider ones the f32 tiles. gemv beat both the dots and the GEMM in batched
+// decode up to 12 columns of the 32-element formats and 8 of the K-quants; beyond, the GEMM did as well or
+// better (PERF-NOTES.md, "A few tokens on the int16 GEMM's arithmetic").
 inline constexpr int64_t kIntDotMaxTokens = 16, kGemvMaxTokens32 = 12, kGemvMaxTokensK = 8;
 int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode);  // 1 where the int16 GEMM runs
 int64_t gemv_max_tokens(const QuantTraits& q);
