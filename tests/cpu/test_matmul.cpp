@@ -241,11 +241,11 @@ TEST(Matmul, RejectsRowLengthOffBlockSize) {
     }
 }
 
-// The int16 GEMM's few-token form (i16::gemv, which matmul runs for a few columns under invariance)
-// against its scalar twin, gemm_ref of those tokens: the same bits, for every type the GEMM takes, one to
-// nine tokens (the block readers take up to four at a time, so 5 and 9 leave a group of one), rows of one
-// to many 32-element chunks (the kernel sums them sixteen at a time, so 19 super-blocks leave a tail), row
-// counts that split unevenly between threads, with and without bias, and x of every magnitude.
+// The int16 GEMM's few-token form (i16::gemv, which matmul runs for a few columns, and for one under
+// invariance) against its scalar twin, gemm_ref of those tokens: the same bits, for every type the GEMM
+// takes, one to nine tokens (the block readers take up to four at a time, so 5 and 9 leave a group of one),
+// rows of one to many 32-element chunks (the kernel sums them sixteen at a time, so 19 super-blocks leave a
+// tail), row counts that split unevenly between threads, with and without bias, and x of every magnitude.
 TEST(Matmul, Int16GemvEqualsItsTwin) {
     if (!quants_use_avx512()) GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI): no int16 GEMM";
     std::mt19937 rng(78);
