@@ -184,18 +184,13 @@ void rows_dot_t(const int8_t* lv, const float* scale, const float* min, const in
         }
         for (int i = 0; i < nj; i += kPer) {
             const int64_t c = (j0 + i) / kPer;  // the 32 elements of blocks j0 + i ..
-            __m512i r[16];
-            const __m512i xv = _mm512_loadu_si512(xq + 32 * c);
+            __m512i rows[16], sums[kPer];
             for (int k = 0; k < 16; ++k)
-                r[k] = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(
-                                             reinterpret_cast<const __m256i*>(lv + k * n_in + 32 * c))),
-                                         xv);
-            __m512i sums[kPer];
-            block_sums<kPer>(r, sums);
+                rows[k] = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv + k * n_in + 32 * c)));
+            token_sums<kPer>(rows, xq + 32 * c, sums);
             for (int h = 0; h < kPer; ++h) {
-                const __m512i v = sums[h];
-                const __m512 step = _mm512_mul_ps(_mm512_load_ps(sc[i + h]), _mm512_set1_ps(xd[c]));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), step, acc);
+                acc = chain(acc, sums[h], _mm512_load_ps(sc[i + h]), xd[c]);
                 if constexpr (Min)
                     acc = _mm512_fnmadd_ps(_mm512_load_ps(mn[i + h]), _mm512_set1_ps(xs[c]), acc);
             }
@@ -378,24 +373,12 @@ void q6_k_dot(const uint8_t* w, size_t row_bytes, const int16_t* xq, const float
     unroll<T>([&](auto t) { store_rows(y + t * y_stride, nr, bias, acc[t]); });
 }
 
-// The kernels of one block reader for 1 .. kGemvGroup tokens.
-template <template <int> class K>
-constexpr BlocksFn kByTokens[kGemvGroup] = {K<1>::fn, K<2>::fn, K<3>::fn, K<4>::fn};
+// Each block reader's kernels for 1 .. kGemvGroup tokens.
 template <class L>
-struct Blocks32 {
-    template <int T>
-    struct Of {
-        static constexpr BlocksFn fn = blocks_dot_t<L, T>;
-    };
-};
-template <int T>
-struct Q4K {
-    static constexpr BlocksFn fn = q4_k_dot<T>;
-};
-template <int T>
-struct Q6K {
-    static constexpr BlocksFn fn = q6_k_dot<T>;
-};
+constexpr BlocksFn kBlocks32[kGemvGroup] = {blocks_dot_t<L, 1>, blocks_dot_t<L, 2>, blocks_dot_t<L, 3>,
+                                            blocks_dot_t<L, 4>};
+constexpr BlocksFn kQ4K[kGemvGroup] = {q4_k_dot<1>, q4_k_dot<2>, q4_k_dot<3>, q4_k_dot<4>};
+constexpr BlocksFn kQ6K[kGemvGroup] = {q6_k_dot<1>, q6_k_dot<2>, q6_k_dot<3>, q6_k_dot<4>};
 
 }  // namespace
 
@@ -447,15 +430,15 @@ RowsFn rows_dot(int level_block, bool level_min) {
 BlocksFn blocks_dot(GgmlType type, int nt) {
     switch (type) {
         case GgmlType::Q8_0:
-            return kByTokens<Blocks32<Q8_0Levels>::Of>[nt - 1];
+            return kBlocks32<Q8_0Levels>[nt - 1];
         case GgmlType::Q4_0:
-            return kByTokens<Blocks32<Q4_0Levels>::Of>[nt - 1];
+            return kBlocks32<Q4_0Levels>[nt - 1];
         case GgmlType::Q5_0:
-            return kByTokens<Blocks32<Q5_0Levels>::Of>[nt - 1];
+            return kBlocks32<Q5_0Levels>[nt - 1];
         case GgmlType::Q4_K:
-            return kByTokens<Q4K>[nt - 1];
+            return kQ4K[nt - 1];
         case GgmlType::Q6_K:
-            return kByTokens<Q6K>[nt - 1];
+            return kQ6K[nt - 1];
         default:
             return nullptr;
     }
