@@ -25,7 +25,8 @@ namespace minfer {
 namespace {
 
 struct RunOptions {
-    std::string model, prompt, prompt_ids, file;
+    std::string model, prompt_ids, file;
+    std::optional<std::string> prompt;  // -p: may be empty (the BOS alone, where the vocabulary adds one)
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch, kv_mem = 0;
     int threads = 0, parallel = 0, tensor_parallel = 1;
     bool deterministic = false;
@@ -144,9 +145,9 @@ void run_parallel(const RunOptions& o) {
 void run(RunOptions o) {
     if (o.parallel > 0) return run_parallel(o);
     if (!o.file.empty()) {  // without --parallel the whole file is the prompt, as llama.cpp's -f
-        if (!o.prompt.empty()) throw Error("give -p TEXT or -f FILE, not both");
+        if (o.prompt) throw Error("give -p TEXT or -f FILE, not both");
         o.prompt = read_prompt_file(o.file);
-        if (o.prompt.empty()) throw Error(o.file + ": the prompt file is empty");
+        if (o.prompt->empty()) throw Error(o.file + ": the prompt file is empty");
     }
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = o.model.empty() ? default_model_path() : o.model;
@@ -156,10 +157,11 @@ void run(RunOptions o) {
     Session session(*model, session_params(o));
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    if (o.prompt.empty() == o.prompt_ids.empty())
+    if (o.prompt.has_value() == !o.prompt_ids.empty())
         throw Error("give exactly one of -p TEXT or --prompt-ids IDS");
-    const std::vector<int32_t> prompt = o.prompt_ids.empty() ? encode_prompt(o, o.prompt, *model->file, *tok)
-                                                             : parse_ids(o.prompt_ids, "--prompt-ids");
+    const std::vector<int32_t> prompt =
+        o.prompt ? encode_prompt(o, *o.prompt, *model->file, *tok) : parse_ids(o.prompt_ids, "--prompt-ids");
+    if (prompt.empty()) throw Error("the prompt is empty and this model adds no BOS token: give some text");
     if (o.dump.requested()) return dump_graph(session, session.params_for(int64_t(prompt.size()), 1), o.dump);
 
     // The first pass's set-up (graph, KV memory) counts as loading, not in the prompt rate.

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "chat_prompt.h"
 #include "common.h"
@@ -17,18 +18,19 @@ namespace minfer {
 namespace {
 
 struct TokenizeOptions {
-    std::string model, prompt, prompt_file, ids, messages;
-    bool no_special = false, json = false, add_generation_prompt = false;
+    std::string model, prompt_file, ids, messages;
+    std::optional<std::string> prompt;  // -p: may be empty
+    bool no_special = false, json = false, ids_only = false, add_generation_prompt = false;
 };
 
 std::unique_ptr<GgufFile> open_model(const std::string& path) {
     return GgufFile::open(path.empty() ? default_model_path() : path);
 }
 
-// -p TEXT, or -f FILE (the whole file).
+// -p TEXT, or -f FILE (the whole file); either may be empty.
 std::string text_of(const TokenizeOptions& o) {
-    if (o.prompt_file.empty() == o.prompt.empty()) throw Error("give exactly one of -p TEXT or -f FILE");
-    if (o.prompt_file.empty()) return o.prompt;
+    if (o.prompt_file.empty() == !o.prompt) throw Error("give exactly one of -p TEXT or -f FILE");
+    if (o.prompt) return *o.prompt;
     std::ifstream in(o.prompt_file, std::ios::binary);
     if (!in) throw Error(o.prompt_file + ": cannot open");
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -39,6 +41,11 @@ void tokenize(const TokenizeOptions& o) {
     const auto file = open_model(o.model);
     const auto tok = Tokenizer::from_gguf(*file);
     const std::vector<int32_t> ids = tok->encode(text, true, !o.no_special);
+    // An empty list prints as one, so that an empty text's answer is visible.
+    if (o.ids_only || (!o.json && ids.empty())) {
+        std::cout << nlohmann::json(ids).dump() << "\n";
+        return;
+    }
     if (!o.json) {
         for (int32_t id : ids) std::cout << id << " '" << tok->token_to_bytes(id) << "'\n";
         return;
@@ -83,7 +90,9 @@ void add_tokenize_commands(CLI::App& app) {
     t->add_option("-p,--prompt", o->prompt, "Text");
     t->add_option("-f,--file", o->prompt_file, "File whose whole text is tokenized");
     t->add_flag("--no-special", o->no_special, "Treat special-token text as plain text");
-    t->add_flag("--json", o->json, "Print {ids, pieces}");
+    CLI::Option* json = t->add_flag("--json", o->json, "Print {ids, pieces}");
+    t->add_flag("--ids", o->ids_only, "Print the ids alone, as a JSON list (llama-tokenize's --ids)")
+        ->excludes(json);
     t->callback([o] { tokenize(*o); });
 
     CLI::App* d = app.add_subcommand("detokenize", "Token ids to text");

@@ -229,6 +229,31 @@ TEST_F(CliBadPrompt, RunNeedsExactlyOnePrompt) {
     EXPECT_TRUE(fails_with(cmd("run", {"-p", "Hello", "--prompt-ids", "1,2"}), {"exactly one of"}));
 }
 
+// An empty text is a valid input: no tokens, or the BOS alone where the vocabulary adds one.
+TEST_F(CliBadPrompt, EmptyTextTokenizesToNothing) {
+    const CliResult plain = run_cli({"tokenize", "-m", model_, "-p", ""});
+    EXPECT_EQ(plain.exit_code, 0) << plain;
+    EXPECT_EQ(plain.out, "[]\n");
+    const json j = run_json({"tokenize", "-m", model_, "-p", "", "--json"});
+    EXPECT_EQ(j, json::parse(R"({"ids": [], "pieces": []})"));
+    const std::string empty_file = testing::TempDir() + "/minfer-empty-prompt.txt";
+    std::ofstream(empty_file).close();
+    EXPECT_EQ(run_cli({"tokenize", "-m", model_, "-f", empty_file, "--ids"}).out, "[]\n");
+    EXPECT_EQ(run_cli({"tokenize", "-m", model_, "-p", "Hello", "--ids"}).out, "[39,4791]\n");
+    EXPECT_TRUE(fails_with({"tokenize", "-m", model_}, {"exactly one of -p TEXT or -f FILE"}));
+    EXPECT_TRUE(fails_with(cmd("run", {"-p", ""}), {"the prompt is empty", "no BOS"}));
+}
+
+TEST(CliEmptyPrompt, RunStartsFromTheBosAlone) {
+    const std::string model = model_path("stories260K.gguf");
+    MINFER_REQUIRE_FILE(model);
+    EXPECT_EQ(run_cli({"tokenize", "-m", model, "-p", "", "--ids"}).out, "[1]\n");
+    const json j = run_json(
+        with_threads({"run", "-m", model, "-p", "", "-n", "4", "--temp", "0", "--ignore-eos", "--json"}));
+    EXPECT_EQ(j["prompt_ids"], json::array({1}));
+    EXPECT_EQ(j["ids"].size(), 4u);
+}
+
 // Argument errors are caught while parsing, before any model is opened.
 TEST(CliBadArgs, UnknownFlag) {
     EXPECT_TRUE(fails_with({"run", "--prompt-ids", "1,2", "--bogus-flag"}, {"--bogus-flag"}));
