@@ -6,6 +6,7 @@
 
 #include "server/api_error.h"
 #include "server/engine_loop.h"
+#include "server/peer.h"
 #include "server/prompt.h"
 #include "server/render.h"
 
@@ -114,14 +115,25 @@ void respond_streaming(EngineLoop& loop, std::shared_ptr<Job> job, const Respons
         });
 }
 
-void respond_whole(const std::shared_ptr<Job>& job, const ResponseMeta& meta, httplib::Response& res) {
+// Waits for every choice, polling the client between steps: one that hung up cancels the job. Returns
+// false then (nothing to answer).
+bool wait_whole(EngineLoop& loop, Job& job, const PeerWatch& peer) {
     for (uint64_t seen = 0;;) {
         {
-            std::lock_guard lock(job->mu);
-            if (job->all_done()) break;
+            std::lock_guard lock(job.mu);
+            if (job.all_done()) return true;
         }
-        job->wait(seen, 1s);
+        job.wait(seen, 100ms);
+        if (peer.gone()) {
+            loop.cancel(job);
+            return false;
+        }
     }
+}
+
+void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const ResponseMeta& meta,
+                   const PeerWatch& peer, httplib::Response& res) {
+    if (!wait_whole(loop, *job, peer)) return;
     std::lock_guard lock(job->mu);
     if (!job->error.empty()) throw engine_error(job->error);
     const std::vector<GenerationResult> results = results_of(*job);
@@ -152,7 +164,7 @@ void handle_completion(const CompletionContext& ctx, const httplib::Request& req
     if (r.stream)
         respond_streaming(ctx.loop, std::move(job), meta, r.include_usage, res);
     else
-        respond_whole(job, meta, res);
+        respond_whole(ctx.loop, job, meta, PeerWatch(req), res);
 }
 
 }  // namespace minfer::server

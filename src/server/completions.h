@@ -1,7 +1,8 @@
 // POST /v1/chat/completions and /v1/completions: parse and validate, build the prompt, submit the job,
 // then answer with one object or stream server-sent events as the choices' text arrives. A client that
-// goes away mid-stream (a failed write, or httplib ending the stream) cancels the job, so its sequences
-// leave the batch at the next step and their KV blocks return to the pool.
+// goes away (mid-stream: a failed write, or httplib ending the stream; waiting for a whole answer: its
+// connection polled between steps) cancels the job, so its sequences leave the batch at the next step and
+// their KV blocks return to the pool.
 #pragma once
 #include <string>
 

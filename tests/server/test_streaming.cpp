@@ -1,7 +1,8 @@
 // Streaming as OpenAI and llama-server send it: the role first, content deltas that never split a UTF-8
 // character, the finish chunk, the usage chunk when asked, [DONE]. 32 concurrent greedy streams give
 // token for token what the same prompt gives alone (`minfer run --temp 0 --deterministic`), and a client
-// that vanishes mid-stream has its KV blocks back in the pool within a second.
+// that vanishes mid-stream, or while waiting for a whole answer, has its KV blocks back in the pool within a
+// second.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -207,28 +208,61 @@ double kv_blocks_used(const TestServer& s) {
     return r ? metric(r->body, "minfer_kv_blocks_used") : -1;
 }
 
+// Polls /metrics until the KV cache holds no block or a second has passed; the blocks then in use.
+double blocks_after_one_second(const TestServer& s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double used = -1;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+        used = kv_blocks_used(s);
+        if (used == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return used;
+}
+
+void expect_nothing_processing(const TestServer& s) {
+    auto m = s.client()->Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(metric(m->body, "minfer_requests_processing"), 0);
+}
+
+const json kLongCompletion = {{"prompt", std::string(300, 'a')}, {"max_tokens", 4000}, {"ignore_eos", true}};
+
 TEST_F(Streaming, DisconnectMidStreamFreesBlocksWithinOneSecond) {
     RawClient c(server_->port);
-    ASSERT_TRUE(c.post(
-        "/v1/completions",
-        json(
-            {{"prompt", std::string(300, 'a')}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}})
-            .dump()));
+    json body = kLongCompletion;
+    body["stream"] = true;
+    ASSERT_TRUE(c.post("/v1/completions", body.dump()));
     const std::string got = c.read_until("data: ", 4);
     ASSERT_NE(got.find("200 OK"), std::string::npos) << got;
     EXPECT_GT(kv_blocks_used(*server_), 0);
     c.close();
-    const auto t0 = std::chrono::steady_clock::now();
-    double used = -1;
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
-        used = kv_blocks_used(*server_);
-        if (used == 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(blocks_after_one_second(*server_), 0)
+        << "the vanished client's blocks are still held after 1 s";
+    expect_nothing_processing(*server_);
+}
+
+// A client waiting for a whole answer sends and reads nothing until it comes: its hang-up is found by
+// polling the connection between steps.
+TEST_F(Streaming, DisconnectBeforeAWholeAnswerFreesBlocksWithinOneSecond) {
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+        RawClient c(server_->port);
+        json body = kLongCompletion;
+        if (std::string(path) == "/v1/chat/completions") {
+            body.erase("prompt");
+            body["messages"] = {{{"role", "user"}, {"content", std::string(300, 'a')}}};
+        }
+        ASSERT_TRUE(c.post(path, body.dump()));
+        const auto t0 = std::chrono::steady_clock::now();
+        while (kv_blocks_used(*server_) <= 0 &&
+               std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ASSERT_GT(kv_blocks_used(*server_), 0) << path << ": the request never started";
+        c.close();
+        EXPECT_EQ(blocks_after_one_second(*server_), 0)
+            << path << ": blocks still held 1 s after the hang-up";
+        expect_nothing_processing(*server_);
     }
-    EXPECT_EQ(used, 0) << "the vanished client's blocks are still held after 1 s";
-    auto m = server_->client()->Get("/metrics");
-    ASSERT_TRUE(m);
-    EXPECT_EQ(metric(m->body, "minfer_requests_processing"), 0);
 }
 
 }  // namespace
