@@ -1,5 +1,7 @@
-// The CUDA backend: construction, the per-node dispatch to the kernels (products by width: matrix-vector,
-// int8 or f16 tensor cores, cuBLAS), and decode segments captured into CUDA graphs and replayed.
+// The CUDA backend: construction and the per-node dispatch to the kernels (products by width:
+// matrix-vector, int8 or f16 tensor cores, cuBLAS). Decode segments captured into CUDA graphs are in
+// cuda_backend_capture.cpp, weight upload and scratch planning in cuda_backend_setup.cpp, profiling in
+// cuda_backend_profile.cpp; the state they share in cuda_backend_impl.h.
 #include "backend/cuda_backend_impl.h"
 
 namespace minfer {
@@ -18,14 +20,6 @@ CudaBackend::CudaBackend(const GgufFile& file, const WeightSet& weights, const C
 }
 
 CudaBackend::~CudaBackend() = default;
-
-uint64_t CudaBackend::graph_launches() const {
-    return impl_->launches;
-}
-
-uint64_t CudaBackend::graph_captures() const {
-    return impl_->captures;
-}
 
 size_t CudaBackend::half_copies() const {
     return impl_->halves.size();
@@ -132,14 +126,14 @@ void CudaBackend::Impl::gemm(const QMatrix& w, const float* x, int64_t nt, float
 // mma_tokens columns otherwise (one column takes the matrix-vector kernels), twice that for matrices of
 // at least kMmaWideDims rows and columns that the f16 one cannot take. The f16 one: wider products of
 // those matrices up to mma_f16_tokens columns, never in the invariant mode. The bounds are where each
-// kernel stopped beating the next on the H200 (PERF-NOTES-GPU-BATCHED.md, sessions 16-17 and 21-22):
+// kernel stopped beating the next on the H200 (bench/STANDING-GPU-BATCHED.md, sessions 16-17 and 21-22):
 // the int8 kernel beats dequantization + cuBLAS on 7B's matrices at 32 columns but not on 0.5B's; the
 // f16 kernel, each weight dequantized once, beats the int8 one on 7B's matrices from 24 columns and
 // cuBLAS up to 64, and loses beyond and on 0.5B's. Those figures include cuBLAS's dequantization: a
 // matrix with a kept half copy (keep_half) gives cuBLAS every width the int8 kernel does not take, up
 // to mma_tokens columns on wide matrices and up to kHalfGemmFrom - 1 on the others (or up to where
 // the GEMM starts, gemm_tokens). With the copies, cuBLAS beat the f16 kernel on 7B's matrices at 32 and
-// 64 columns, and the int8 one on 0.5B's at 8 and 16 (PERF-NOTES-GPU-BATCHED.md, twenty-sixth session);
+// 64 columns, and the int8 one on 0.5B's at 8 and 16 (bench/STANDING-GPU-BATCHED.md, twenty-sixth session);
 // at 4 too, by 4%, but there the int8 kernel keeps x 31x finer than the GEMM's half.
 CudaBackend::Impl::Mma CudaBackend::Impl::mma_path(const QMatrix& w, int64_t nt) const {
     constexpr int64_t kMmaWideDims = 2048, kHalfGemmFrom = 8;
@@ -353,48 +347,6 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
 void CudaBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     impl_->mma_x_holds = impl_->gemm_x_holds = {};  // a node alone: its x may have been computed again since
     impl_->run(g, n, bufs);
-}
-
-// Records the segment's kernels into a CUDA graph and launches it.
-void CudaBackend::Impl::run_captured(const ComputeGraph& g, std::span<const NodeId> nodes,
-                                     const NodeBuffers& bufs, Captured& c) {
-    MINFER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    cudaGraph_t graph = nullptr;
-    try {
-        for (NodeId id : nodes) run(g, g[id], bufs);
-    } catch (...) {
-        cudaStreamEndCapture(stream, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-    }
-    MINFER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    const cudaError_t st = cudaGraphInstantiate(&c.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    MINFER_CUDA_CHECK(st);
-    ++captures;
-}
-
-// A reusable decode segment runs eagerly once, is captured on its second run and replayed after.
-void CudaBackend::compute_segment(const ComputeGraph& g, std::span<const NodeId> nodes,
-                                  const NodeBuffers& bufs, bool reusable) {
-    Impl& im = *impl_;
-    im.mma_x_holds = im.gemm_x_holds = {};
-    if (im.profile) {
-        for (NodeId id : nodes) im.run_profiled(g, g[id], bufs);
-        return;
-    }
-    if (!reusable || !im.replay || !im.capturable || nodes.empty()) {
-        for (NodeId id : nodes) im.run(g, g[id], bufs);
-        return;
-    }
-    Impl::Captured& c = im.graphs[{g.uid, nodes.front()}];
-    if (!c.exec && ++c.runs < 2) {
-        for (NodeId id : nodes) im.run(g, g[id], bufs);
-        return;
-    }
-    if (!c.exec) im.run_captured(g, nodes, bufs, c);
-    MINFER_CUDA_CHECK(cudaGraphLaunch(c.exec, im.stream));
-    ++im.launches;
 }
 
 }  // namespace minfer
