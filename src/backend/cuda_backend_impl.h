@@ -145,7 +145,8 @@ struct CudaBackend::Impl {
     bool capturable = false;  // the graph's segments may be captured (no kernel reads host data)
     // Products of at least this many tokens run as dequantization + cuBLAS GEMM, fewer as matrix-vector
     // kernels. A paged (batched) graph takes the GEMM from 2 tokens: there the matrix-vector kernels' f32
-    // path for 2..8 tokens gave about a third of the GEMM's throughput at B = 8 (PERF-NOTES-GPU-BATCHED.md).
+    // path for 2..8 tokens gave about a third of the GEMM's throughput at B = 8
+    // (bench/STANDING-GPU-BATCHED.md).
     int64_t gemm_tokens = cuda::kMaxMatvecTokens + 1;
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
@@ -161,7 +162,7 @@ struct CudaBackend::Impl {
     // Prefill attention as the query-tiled kernel (cuda::attention_prefill), or with
     // opt.gemm_attention as cuBLAS products around a score matrix (attention_gemm), which needs
     // n_head * tokens * n_ctx floats of scratch. The kernel is the default: faster on the 0.5B at every
-    // depth, level with cuBLAS on the 7B (PERF-NOTES-GPU.md, eleventh session).
+    // depth, level with cuBLAS on the 7B (bench/STANDING-GPU.md, eleventh session).
     bool gemm_attention = opt.gemm_attention;
     std::map<std::string, OpTime> op_times;
     cudaEvent_t ev[2] = {nullptr, nullptr};

@@ -7,7 +7,7 @@ namespace minfer {
 // Fewest rows of a matrix uploaded tiled: only output heads (vocabulary rows). The tiled kernels win on
 // the lm_head alone; on every layer matrix, the FFN's included, the block-layout kernels (their layouts
 // chosen by measurement) are faster, and so is the 7B with its FFN in the block layout
-// (PERF-NOTES-GPU.md, tenth session).
+// (bench/STANDING-GPU.md, tenth session).
 constexpr int64_t kTiledMinRows = 65536;
 
 // Which Q4_K / padded Q6_K matrices that fit take one token's x as int8 (dp4a, QMatrix::xq). The FFN's
@@ -15,7 +15,7 @@ constexpr int64_t kTiledMinRows = 65536;
 // product reads x quantized once by its own kernel (cuda::quantize_x8, then matvec_x8). Every such
 // matrix takes it, in either format: in the model that beat the per-matrix choice that cold, one-kernel
 // timings suggest (taking int8x2 only where it won alone measured slower; the cause is not measured).
-// The tables: PERF-NOTES-GPU.md, eleventh session.
+// The tables: bench/STANDING-GPU.md, eleventh session.
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the

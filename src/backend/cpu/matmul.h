@@ -36,7 +36,7 @@ enum class DecodeDot { F32, Int8, Int8x2 };
 // and wider products the GEMM; elsewhere up to kIntDotMaxTokens columns take the integer dots (weights
 // read once for all columns) and wider ones the f32 tiles. gemv beat both the dots and the GEMM in batched
 // decode up to 12 columns of the 32-element formats and 8 of the K-quants; beyond, the GEMM did as well or
-// better (PERF-NOTES.md, "A few tokens on the int16 GEMM's arithmetic").
+// better (bench/STANDING-CPU.md, "Batched decode").
 inline constexpr int64_t kIntDotMaxTokens = 16, kGemvMaxTokens32 = 12, kGemvMaxTokensK = 8;
 int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode);  // 1 where the int16 GEMM runs
 int64_t gemv_max_tokens(const QuantTraits& q);

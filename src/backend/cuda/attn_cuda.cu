@@ -8,9 +8,9 @@
 // For one sequence, one head per block measured faster than one block per KV head serving its whole group
 // (which reads each row once): a short context had only n_head_kv blocks on the GPU. H200, tg128:
 // Qwen2.5-0.5B Q4_K_M 1,355-1,364 -> 1,544-1,553 tok/s, at depth 3968 747 -> 1,115; Qwen2.5-1.5B 716 ->
-// 794-797 (bench/PERF-NOTES-GPU.md). A batch of decode rows fills the GPU either way, and there a block
-// per KV head and row (each warp scoring a tile's keys for all the group's heads, the same arithmetic
-// per head) wins: Qwen2.5-7B at 64 rows 72.6 -> 44.2 us a layer, S_TG 4,661 -> 5,074 tok/s.
+// 794-797 (git history of bench/PERF-NOTES-GPU.md). A batch of decode rows fills the GPU either way, and
+// there a block per KV head and row (each warp scoring a tile's keys for all the group's heads, the same
+// arithmetic per head) wins: Qwen2.5-7B at 64 rows 72.6 -> 44.2 us a layer, S_TG 4,661 -> 5,074 tok/s.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 

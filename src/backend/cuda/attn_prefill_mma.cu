@@ -23,7 +23,7 @@
 // ptxas (sm_90): 255 registers at head_dim 128 (36 bytes of spill), 189 at 64; 106.5 and 55 KB of shared
 // memory, two blocks an SM. H200, Qwen2.5-7B Q4_K_M pp4096: ncu puts the first version (fragments as
 // 32-bit loads, q in registers) at 1.3 instructions a cycle per SM, 1.7 warps per scheduler, 94% L2
-// hits: latency-bound at this occupancy; this one is 6% faster at model level (bench/PERF-NOTES-GPU.md).
+// hits: latency-bound at this occupancy; this one is 6% faster at model level (bench/STANDING-GPU.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -360,7 +360,7 @@ Dp4aArgs args(const QMatrix& w, const void* w2, const float* x, float* y) {
 
 // Two rows a warp, but four (two gate/up pairs) for Q4_K gate/up against int8x2 x: that kernel alone
 // holds them without spilling, and it measured 7B single-stream 428.5/429.0 -> 432.7/433.8 tok/s on the
-// H200 (PERF-NOTES-GPU.md, twenty-third session); four rows spill in the other variants.
+// H200 (bench/STANDING-GPU.md, twenty-third session); four rows spill in the other variants.
 template <bool kSwiglu, bool kStaged>
 void launch_type(const QMatrix& w, const Dp4aArgs& a, Stream s) {
     const bool two = w.xq == XQuant::kInt8x2;

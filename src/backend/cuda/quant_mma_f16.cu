@@ -14,9 +14,9 @@
 //
 // Half arithmetic takes three instructions per two weights where the f32 route took seven (PRMT, FADD
 // and FFMA for each weight, then a pack): at 64 columns on the H200, 7b.gate 77.1 -> 70.1 us and 7b.down
-// 59.3 -> 52.6, and 7B S_TG +6-10% at B = 24-64 (bench/PERF-NOTES-GPU-BATCHED.md, twenty-fourth
-// session). Taking the m16 tiles one after the other (fewer registers, x loaded twice) or one thread
-// block an SM measured slower.
+// 59.3 -> 52.6, and 7B S_TG +6-10% at B = 24-64 (git history of bench/PERF-NOTES-GPU-BATCHED.md,
+// twenty-fourth session). Taking the m16 tiles one after the other (fewer registers, x loaded twice) or one
+// thread block an SM measured slower.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -300,7 +300,7 @@ Ranges ranges(const QMatrix& w) {
 // else rows split evenly and the splits added by reduce_splits. On the H200 at 64 columns stream-K
 // took 7b.gate from 69.7 to 56.0 us (rows split in two gave 296 thread blocks, 1.12 waves), but with
 // 7 to 19 pieces a row, which one thread block adds, it was slower: 7b.down 52.9 -> 64.6, 7b.qkv
-// 20.0 -> 26.2, 0.5b.down 14.3 -> 29.2 (PERF-NOTES-GPU-BATCHED.md, twenty-fourth session).
+// 20.0 -> 26.2, 0.5b.down 14.3 -> 29.2 (git history of PERF-NOTES-GPU-BATCHED.md, twenty-fourth session).
 bool stream_k(const Ranges& r) {
     return 2 * r.per_block >= r.stages;
 }
