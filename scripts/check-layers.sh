@@ -9,7 +9,7 @@ cd "$root"
 
 # Pipeline order, earliest first; a file's stage is the longest of these folders that holds it.
 # viz/ and app/ are top-level folders, the others under src/.
-stages="util gguf quant tokenizer graph models kv backend/cpu backend/cuda backend sched runtime server viz app"
+stages="util gguf quant tokenizer grammar graph models kv backend/cpu backend/cuda backend sched runtime server viz app"
 
 # Backwards includes accepted on purpose, as "<stage> <included path>", each with its reason (none
 # today: the quant traits table, which models/ and the backends both read, has its own stage, quant/).

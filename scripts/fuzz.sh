@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Runs one libFuzzer target for a bounded time: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [ARGS...]
+# Runs one libFuzzer target for a bounded time: scripts/fuzz.sh gguf|tokenizer|jinja|request|grammar SECONDS [ARGS...]
 # Builds build-fuzz/ with clang (ASan + UBSan + libFuzzer; scripts/setup-clang.sh installs it) on first
 # use, or uses the build MINFER_FUZZ_BUILD names (CI: build-asan/, configured with MINFER_FUZZ=ON). New coverage goes to
 # build-fuzz/corpus/TARGET (seeded from tests/fuzz/corpus/TARGET); a crash, leak or timeout is written
 # to build-fuzz/findings/TARGET: minimise it (-minimize_crash=1), fix the bug, and check the input in
 # under tests/fuzz/regressions/TARGET, which ctest replays (fuzz_replay_TARGET) in every build.
 set -euo pipefail
-target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [libFuzzer args...]}
-seconds=${2:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request SECONDS [libFuzzer args...]}
+target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request|grammar SECONDS [libFuzzer args...]}
+seconds=${2:?usage: scripts/fuzz.sh gguf|tokenizer|jinja|request|grammar SECONDS [libFuzzer args...]}
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MINFER_FUZZ_BUILD:-$root/build-fuzz}
