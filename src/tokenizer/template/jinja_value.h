@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -179,7 +180,14 @@ Value Value::from_json(const Json& j, int depth) {
                         std::to_string(kMaxValueDepth) + " levels deep");
     if (j.is_null()) return Value(nullptr);
     if (j.is_boolean()) return Value(j.template get<bool>());
-    if (j.is_number_unsigned()) return Value(static_cast<int64_t>(j.template get<uint64_t>()));
+    if (j.is_number_unsigned()) {
+        // Python's ints are unbounded but ours are int64: fail rather than print a wrapped-around number.
+        const auto u = j.template get<uint64_t>();
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            throw EvalError("template variables hold the integer " + std::to_string(u) +
+                            ", beyond the 64-bit signed range the interpreter supports");
+        return Value(static_cast<int64_t>(u));
+    }
     if (j.is_number_integer()) return Value(j.template get<int64_t>());
     if (j.is_number_float()) return Value(j.template get<double>());
     if (j.is_string()) return Value(j.template get<std::string>());
