@@ -446,19 +446,21 @@ void emit_chars(const CharNfa& c, Nfa& nfa, uint32_t from, uint32_t to) {
 namespace {
 
 // Regular subsets of what ajv-formats accepts in its full mode: RFC 3339 dates with the days of each
-// month (29 February in leap years only), times with seconds and an explicit offset, lowercase or
-// uppercase hex UUIDs, and dot-atom e-mail addresses with a letters-only top-level domain.
+// month (29 February in leap years only), times with seconds (at most nanoseconds) and an explicit
+// offset, lowercase or uppercase hex UUIDs, and dot-atom e-mail addresses of bounded parts (up to four
+// atoms of 32 characters, four domain labels of 32, a letters-only top-level domain of 2 to 16), so a
+// model cannot run on inside one.
 constexpr std::string_view kDate =
     "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)"
     "|\\d{4}-02-(0[1-9]|1\\d|2[0-8])"
     "|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
 constexpr std::string_view kTime =
-    "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d+)?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+    "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
 constexpr std::string_view kUuid =
     "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
 constexpr std::string_view kEmail =
-    "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-    "@([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\\.)+[A-Za-z]{2,}";
+    "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}"
+    "@([A-Za-z0-9]([A-Za-z0-9-]{0,30}[A-Za-z0-9])?\\.){1,4}[A-Za-z]{2,16}";
 
 }  // namespace
 

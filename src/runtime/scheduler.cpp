@@ -23,7 +23,7 @@ const char* finish_reason_name(FinishReason r) {
 // A request and its sequence: `feed` holds every token the sequence must have in the KV cache (the
 // prompt, then each sampled token; after a preemption all of it is recomputed), `fed` how many it has.
 struct Scheduler::Active {
-    Active(uint64_t i, GenerationRequest r, const Tokenizer& tok)
+    Active(uint64_t i, GenerationRequest r, const Tokenizer& tok, std::shared_ptr<const grammar::Vocab> vocab)
         : id(i),
           req(std::move(r)),
           sampler(req.gen.sampling),
@@ -31,7 +31,9 @@ struct Scheduler::Active {
           feed(req.prompt) {
         for (const int32_t t : req.prompt) sampler.accept(t);
         result.prompt_tokens = int64_t(req.prompt.size());
+        if (req.grammar.grammar) constraint.emplace(req.grammar, std::move(vocab));
     }
+    bool masked() const { return constraint && constraint->active(); }
     int64_t remaining() const { return int64_t(feed.size()) - fed; }
 
     uint64_t id;
@@ -43,6 +45,7 @@ struct Scheduler::Active {
     int64_t fed = 0;
     SeqId seq = -1;
     bool admitted_once = false;
+    std::optional<Constraint> constraint;
 };
 
 Scheduler::Scheduler(Engine& engine, const Tokenizer& tok, int64_t token_budget)
@@ -65,7 +68,8 @@ uint64_t Scheduler::submit(GenerationRequest r) {
             throw Error("token id " + std::to_string(id) + " is out of range [0, " +
                         std::to_string(engine_.model().hp.n_vocab) + ")");
     const uint64_t id = next_id_.fetch_add(1);
-    auto a = std::make_unique<Active>(id, std::move(r), tok_);
+    std::shared_ptr<const grammar::Vocab> vocab = r.grammar.grammar ? grammar_vocab() : nullptr;
+    auto a = std::make_unique<Active>(id, std::move(r), tok_, std::move(vocab));
     std::lock_guard lock(mu_);
     incoming_.push_back(std::move(a));
     return id;
@@ -181,7 +185,7 @@ std::vector<Scheduler::Draw> Scheduler::forward_and_draw(std::span<const Engine:
                                                          std::span<Active* const> rows) {
     std::vector<Draw> draws(rows.size());
     auto on_device = [](const Active* a) {
-        return a->sampler.is_argmax() && (a->req.n_logprobs < 0 || !a->req.on_logprob);
+        return a->sampler.is_argmax() && !a->masked() && (a->req.n_logprobs < 0 || !a->req.on_logprob);
     };
     if (std::all_of(rows.begin(), rows.end(), on_device)) {
         const std::span<const int32_t> ids = engine_.forward_greedy(batch);
@@ -197,8 +201,12 @@ std::vector<Scheduler::Draw> Scheduler::forward_and_draw(std::span<const Engine:
     return draws;
 }
 
+// A masked row samples among the tokens its grammar allows; one whose grammar allows none (a vocabulary
+// that cannot spell what the grammar needs) stops there rather than writing outside it.
 Scheduler::Draw Scheduler::draw(Active& a, std::span<const float> logits) const {
-    Draw d{a.sampler.sample(logits), false, std::nullopt};
+    const std::span<const float> row = a.masked() ? a.constraint->mask(logits) : logits;
+    if (row.empty()) return {-1, true, std::nullopt};
+    Draw d{a.sampler.sample(row), false, std::nullopt};
     d.stops = tok_.is_eog(d.id) && !a.req.gen.ignore_eos;
     if (!d.stops && a.req.n_logprobs >= 0 && a.req.on_logprob)
         d.logprob = token_logprob(logits, d.id, a.req.n_logprobs);
@@ -210,6 +218,7 @@ void Scheduler::take(Active& a, Draw d) {
     if (d.stops) return finish(a, FinishReason::Stop);
     if (d.logprob) a.req.on_logprob(*d.logprob);
     a.sampler.accept(id);
+    if (a.constraint) a.constraint->accept(id, tok_.is_special(id) ? std::string() : tok_.token_to_bytes(id));
     a.result.ids.push_back(id);
     if (a.text.feed(id)) return finish(a, FinishReason::Stop);
     if (const std::string_view piece = a.text.take(); !piece.empty() && a.req.on_text) a.req.on_text(piece);
@@ -229,6 +238,19 @@ void Scheduler::finish(Active& a, FinishReason why) {
     ActivePtr done = std::move(*it);
     running_.erase(it);
     if (done->req.on_done) done->req.on_done(done->result);
+}
+
+std::shared_ptr<const grammar::Vocab> Scheduler::grammar_vocab() {
+    std::call_once(vocab_once_, [&] {
+        std::vector<std::string> bytes(size_t(tok_.n_vocab()));
+        std::vector<int32_t> eog;
+        for (int32_t id = 0; id < tok_.n_vocab(); ++id) {
+            if (!tok_.is_special(id)) bytes[size_t(id)] = tok_.token_to_bytes(id);
+            if (tok_.is_eog(id)) eog.push_back(id);
+        }
+        vocab_ = std::make_shared<const grammar::Vocab>(std::move(bytes), std::move(eog));
+    });
+    return vocab_;
 }
 
 void Scheduler::run_until_idle() {

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/constraint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
@@ -46,6 +47,7 @@ struct GenerationRequest {
     // its text reaches on_text (scheduler thread). The end-of-generation token that stops gets none.
     int n_logprobs = -1;
     std::function<void(const TokenLogprob&)> on_logprob = {};
+    GrammarSpec grammar = {};  // structured output: the tokens it may sample (none: any)
 };
 
 class Scheduler {
@@ -87,6 +89,7 @@ class Scheduler {
     std::vector<Draw> forward_and_draw(std::span<const Engine::Chunk> batch, std::span<Active* const> rows);
     void take(Active& a, Draw d);
     void finish(Active& a, FinishReason why);
+    std::shared_ptr<const grammar::Vocab> grammar_vocab();  // built on first use, shared by all grammars
 
     Engine& engine_;
     const Tokenizer& tok_;
@@ -98,6 +101,8 @@ class Scheduler {
     std::deque<ActivePtr> waiting_;   // admission order; preempted requests go back to the front
     std::vector<ActivePtr> running_;  // admission order (the youngest last)
     int64_t preemptions_ = 0;
+    std::once_flag vocab_once_;
+    std::shared_ptr<const grammar::Vocab> vocab_;
 };
 
 }  // namespace minfer

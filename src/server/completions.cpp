@@ -40,7 +40,16 @@ struct Stream {
     uint64_t seen = 0;
     std::vector<bool> started, finished;        // per choice: role chunk sent, finish chunk sent
     std::vector<size_t> logprobs_sent, offset;  // per choice: logprobs streamed, their text's bytes
+    std::vector<ChatOutputParser> parsers;      // chat: per choice, its answer's parts
+    std::vector<ChatDelta> pending;  // chat: per choice, parts read but not sent (the forced start)
 };
+
+// One parser per choice, each having read the answer's forced start.
+std::vector<ChatOutputParser> parsers_for(const PreparedPrompt& p, size_t n, ChatDelta* forced) {
+    std::vector<ChatOutputParser> out(n, ChatOutputParser(p.syntax, p.parse_tools));
+    for (ChatOutputParser& parser : out) forced[&parser - out.data()] = parser.feed(p.forced);
+    return out;
+}
 
 // The logprobs of choice i not streamed yet (none unless asked); job mu held.
 std::vector<TokenLogprob> new_logprobs(Stream& s, size_t i, size_t& offset) {
@@ -63,14 +72,27 @@ std::string next_events(Stream& s, bool& end) {
         std::string text = std::exchange(c.pending, {});
         const bool finish = c.done && !s.finished[i];
         if (text.empty() && !finish) continue;
-        Delta d{i, s.meta.endpoint == Endpoint::Chat && !s.started[i], std::move(text), std::nullopt, {}, 0};
+        const bool chat = s.meta.endpoint == Endpoint::Chat;
+        Delta d;
+        d.index = i;
+        d.role = chat && !s.started[i];
+        if (chat) {
+            d.chat.append(std::exchange(s.pending[i], {}));
+            d.chat.append(s.parsers[i].feed(text));
+            if (finish) d.chat.append(s.parsers[i].finish());
+        } else {
+            d.text = std::move(text);
+        }
         s.started[i] = true;
-        if (d.role || !d.text.empty()) {
+        if (d.role || !d.text.empty() || !d.chat.empty()) {
             d.logprobs = new_logprobs(s, i, d.offset);
             out += sse_event(chunk_json(s.meta, d));
         }
         if (finish) {
-            Delta last{i, false, "", c.result.finish, {}, 0};
+            Delta last;
+            last.index = i;
+            last.finish = c.result.finish;
+            last.called_tools = chat && s.parsers[i].tool_calls() > 0;
             last.logprobs = new_logprobs(s, i, last.offset);
             out += sse_event(chunk_json(s.meta, last));
             s.finished[i] = true;
@@ -89,11 +111,13 @@ std::string next_events(Stream& s, bool& end) {
 }
 
 void respond_streaming(EngineLoop& loop, std::shared_ptr<Job> job, const ResponseMeta& meta, bool usage,
-                       httplib::Response& res) {
+                       const PreparedPrompt& prompt, httplib::Response& res) {
     auto s = std::make_shared<Stream>();
     s->job = std::move(job);
     s->meta = meta;
     s->include_usage = usage;
+    s->pending.resize(s->job->choices.size());
+    s->parsers = parsers_for(prompt, s->job->choices.size(), s->pending.data());
     s->started.assign(s->job->choices.size(), false);
     s->finished.assign(s->job->choices.size(), false);
     s->logprobs_sent.assign(s->job->choices.size(), 0);
@@ -132,7 +156,7 @@ bool wait_whole(EngineLoop& loop, Job& job, const PeerWatch& peer) {
 }
 
 void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const ResponseMeta& meta,
-                   const PeerWatch& peer, httplib::Response& res) {
+                   const PreparedPrompt& prompt, const PeerWatch& peer, httplib::Response& res) {
     if (!wait_whole(loop, *job, peer)) return;
     std::lock_guard lock(job->mu);
     if (!job->error.empty()) throw engine_error(job->error);
@@ -141,7 +165,15 @@ void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const Resp
     std::vector<std::vector<TokenLogprob>> logprobs;
     if (meta.tok)
         for (const Job::Choice& c : job->choices) logprobs.push_back(c.logprobs);
-    res.set_content(dump(completion_json(meta, results, logprobs)), "application/json");
+    std::vector<ChatDelta> answers(results.size());
+    if (meta.endpoint == Endpoint::Chat) {
+        std::vector<ChatOutputParser> parsers = parsers_for(prompt, results.size(), answers.data());
+        for (size_t i = 0; i < results.size(); ++i) {
+            answers[i].append(parsers[i].feed(results[i].text));
+            answers[i].append(parsers[i].finish());
+        }
+    }
+    res.set_content(dump(completion_json(meta, results, logprobs, answers)), "application/json");
 }
 
 }  // namespace
@@ -149,7 +181,8 @@ void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const Resp
 void handle_completion(const CompletionContext& ctx, const httplib::Request& req, httplib::Response& res,
                        Endpoint endpoint) {
     CompletionRequest r = parse_completion_request(req.body, endpoint, {ctx.loop.n_ctx(), 16});
-    const std::vector<int32_t> prompt = ctx.prompt.tokens(r);
+    const PreparedPrompt prepared = ctx.prompt.prepare(r);
+    const std::vector<int32_t>& prompt = prepared.tokens;
     if (prompt.empty()) throw bad_request("the prompt is empty");
     if (int64_t(prompt.size()) >= ctx.loop.n_ctx())
         throw bad_request("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
@@ -158,13 +191,14 @@ void handle_completion(const CompletionContext& ctx, const httplib::Request& req
     r.gen.n_predict = r.max_tokens.value_or(ctx.loop.n_ctx() - int64_t(prompt.size()));
     if (!r.seed_given) r.gen.sampling.seed = std::random_device{}();
     request_tokens().prompt = int64_t(prompt.size());
-    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n, r.logprobs);
+    if (prepared.parse_tools && !r.parallel_tool_calls) r.gen.stop.push_back("</tool_call>");  // one call
+    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n, r.logprobs, prepared.grammar);
     ResponseMeta meta = make_meta(endpoint, ctx.model_name);
     if (r.logprobs >= 0) meta.tok = &ctx.prompt.tokenizer();
     if (r.stream)
-        respond_streaming(ctx.loop, std::move(job), meta, r.include_usage, res);
+        respond_streaming(ctx.loop, std::move(job), meta, r.include_usage, prepared, res);
     else
-        respond_whole(ctx.loop, job, meta, PeerWatch(req), res);
+        respond_whole(ctx.loop, job, meta, prepared, PeerWatch(req), res);
 }
 
 }  // namespace minfer::server

@@ -108,8 +108,9 @@ void EngineLoop::fail_all(const std::string& why) {
 
 GenerationRequest EngineLoop::request_for(const std::shared_ptr<Job>& job, size_t i,
                                           const std::vector<int32_t>& prompt, const GenerateParams& gen,
-                                          int n_logprobs) {
+                                          int n_logprobs, const GrammarSpec& grammar) {
     GenerationRequest r{prompt, gen, {}, {}};
+    r.grammar = grammar;
     r.gen.sampling.seed = gen.sampling.seed + i;
     r.on_text = [this, job, i](std::string_view text) { on_text(*job, i, text); };
     r.on_done = [this, job, i](const GenerationResult& res) { on_done(*job, i, res); };
@@ -123,7 +124,7 @@ GenerationRequest EngineLoop::request_for(const std::shared_ptr<Job>& job, size_
 }
 
 std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, const GenerateParams& gen, int n,
-                                        int n_logprobs) {
+                                        int n_logprobs, const GrammarSpec& grammar) {
     auto job = std::make_shared<Job>();
     job->choices.resize(size_t(n));
     job->submitted = Clock::now();
@@ -148,10 +149,10 @@ std::shared_ptr<Job> EngineLoop::submit(const std::vector<int32_t>& prompt, cons
         // stay in it past its end would keep it alive for ever (fail_all and the refusal below clear them).
         std::lock_guard lock(job->mu);
         for (int i = 1; i < n; ++i)
-            job->followers.push_back(request_for(job, size_t(i), prompt, gen, n_logprobs));
+            job->followers.push_back(request_for(job, size_t(i), prompt, gen, n_logprobs, grammar));
     }
     try {
-        const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen, n_logprobs));
+        const uint64_t id = sched_.submit(request_for(job, 0, prompt, gen, n_logprobs, grammar));
         std::lock_guard lock(job->mu);
         job->choices[0].id = id;
     } catch (const Error& e) {

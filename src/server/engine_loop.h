@@ -65,7 +65,7 @@ class EngineLoop {
     // alternatives recorded when n_logprobs >= 0. Throws ApiError: 400 when the prompt does not fit the
     // context, 503 when the queue is full or the server is shutting down.
     std::shared_ptr<Job> submit(const std::vector<int32_t>& prompt, const GenerateParams& gen, int n,
-                                int n_logprobs = -1);
+                                int n_logprobs = -1, const GrammarSpec& grammar = {});
     void cancel(Job& job);  // any thread; a no-op for a finished job
     // Stops accepting, waits up to `grace` for the jobs in flight, then cancels the rest and waits up to
     // a second for them to end.
@@ -80,7 +80,7 @@ class EngineLoop {
     void fail_all(const std::string& why);
     GenerationRequest request_for(const std::shared_ptr<Job>& job, size_t i,
                                   const std::vector<int32_t>& prompt, const GenerateParams& gen,
-                                  int n_logprobs);
+                                  int n_logprobs, const GrammarSpec& grammar);
     void on_text(Job& job, size_t i, std::string_view text);
     void on_done(Job& job, size_t i, const GenerationResult& r);
     void release_followers(Job& job);  // job.mu held

@@ -70,6 +70,33 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& 
             {"text_offset", offsets}};
 }
 
+// delta.tool_calls as OpenAI streams them: a call's first piece with its id, type and name, the
+// arguments in later pieces under the same index.
+json tool_call_deltas(const std::vector<ToolCallDelta>& calls) {
+    json out = json::array();
+    for (const ToolCallDelta& t : calls) {
+        json c = {{"index", t.index}};
+        if (!t.id.empty()) {
+            c["id"] = t.id;
+            c["type"] = "function";
+            c["function"] = {{"name", t.name}, {"arguments", t.arguments}};
+        } else {
+            c["function"] = {{"arguments", t.arguments}};
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+json chat_delta_json(const Delta& d) {
+    json delta = json::object();
+    if (d.role) delta["role"] = "assistant";
+    if (d.role || !d.chat.content.empty()) delta["content"] = d.chat.content;
+    if (!d.chat.reasoning.empty()) delta["reasoning_content"] = delta["reasoning"] = d.chat.reasoning;
+    if (!d.chat.tool_calls.empty()) delta["tool_calls"] = tool_call_deltas(d.chat.tool_calls);
+    return delta;
+}
+
 }  // namespace
 
 ResponseMeta make_meta(Endpoint endpoint, const std::string& model) {
@@ -83,8 +110,9 @@ json logprobs_json(const ResponseMeta& m, const std::vector<TokenLogprob>& lp, s
     return m.endpoint == Endpoint::Chat ? chat_logprobs(*m.tok, lp) : completion_logprobs(*m.tok, lp, offset);
 }
 
-const char* finish_name(FinishReason r) {
-    return r == FinishReason::Stop ? "stop" : "length";
+const char* finish_name(FinishReason r, bool called_tools) {
+    if (r != FinishReason::Stop) return "length";
+    return called_tools ? "tool_calls" : "stop";
 }
 
 json usage_json(const std::vector<GenerationResult>& results) {
@@ -98,17 +126,32 @@ json usage_json(const std::vector<GenerationResult>& results) {
             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
+json chat_message_json(const ChatDelta& a) {
+    json msg = {{"role", "assistant"},
+                {"content", a.content.empty() && !a.tool_calls.empty() ? json(nullptr) : json(a.content)}};
+    if (!a.reasoning.empty()) msg["reasoning_content"] = msg["reasoning"] = a.reasoning;
+    if (a.tool_calls.empty()) return msg;
+    msg["tool_calls"] = json::array();
+    for (const ToolCallDelta& t : a.tool_calls)
+        msg["tool_calls"].push_back({{"id", t.id},
+                                     {"type", "function"},
+                                     {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+    return msg;
+}
+
 json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results,
-                     const std::vector<std::vector<TokenLogprob>>& logprobs) {
+                     const std::vector<std::vector<TokenLogprob>>& logprobs,
+                     const std::vector<ChatDelta>& answers) {
     json out = base(m, false);
     json choices = json::array();
     for (size_t i = 0; i < results.size(); ++i) {
         size_t offset = 0;
         json c = {{"index", i},
                   {"logprobs", i < logprobs.size() ? logprobs_json(m, logprobs[i], offset) : json(nullptr)},
-                  {"finish_reason", finish_name(results[i].finish)}};
+                  {"finish_reason",
+                   finish_name(results[i].finish, i < answers.size() && !answers[i].tool_calls.empty())}};
         if (m.endpoint == Endpoint::Chat)
-            c["message"] = {{"role", "assistant"}, {"content", results[i].text}};
+            c["message"] = chat_message_json(answers.at(i));
         else
             c["text"] = results[i].text;
         choices.push_back(std::move(c));
@@ -123,12 +166,9 @@ json chunk_json(const ResponseMeta& m, const Delta& d) {
     size_t offset = d.offset;
     json c = {{"index", d.index},
               {"logprobs", logprobs_json(m, d.logprobs, offset)},
-              {"finish_reason", d.finish ? json(finish_name(*d.finish)) : json(nullptr)}};
+              {"finish_reason", d.finish ? json(finish_name(*d.finish, d.called_tools)) : json(nullptr)}};
     if (m.endpoint == Endpoint::Chat) {
-        json delta = json::object();
-        if (d.role) delta["role"] = "assistant";
-        if (d.role || !d.text.empty()) delta["content"] = d.text;
-        c["delta"] = std::move(delta);
+        c["delta"] = chat_delta_json(d);
     } else {
         c["text"] = d.text;
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/scheduler.h"
+#include "server/chat_output.h"
 #include "server/http.h"  // dump, sse_event
 #include "server/request.h"
 
@@ -30,21 +31,29 @@ ResponseMeta make_meta(Endpoint endpoint, const std::string& model);
 // shape): {tokens, token_logprobs, top_logprobs, text_offset}, offsets counted from `offset`, advanced.
 nlohmann::json logprobs_json(const ResponseMeta& m, const std::vector<TokenLogprob>& lp, size_t& offset);
 
-// "stop" or "length"; a cancelled choice (server shutting down) reports "length": it was cut short.
-const char* finish_name(FinishReason r);
+// "stop", "tool_calls" (stopped after calling tools) or "length"; a cancelled choice (server shutting
+// down) reports "length": it was cut short.
+const char* finish_name(FinishReason r, bool called_tools = false);
 
 // n choices share the prompt: prompt tokens and cached tokens are those of the first.
 nlohmann::json usage_json(const std::vector<GenerationResult>& results);
-// logprobs: per choice when asked (meta.tok set), else empty.
+// The assistant message of a chat choice: content (null when empty beside tool calls),
+// reasoning_content and reasoning (when any), tool_calls (when any).
+nlohmann::json chat_message_json(const ChatDelta& answer);
+// logprobs: per choice when asked (meta.tok set), else empty; answers: chat's parsed choices.
 nlohmann::json completion_json(const ResponseMeta& m, const std::vector<GenerationResult>& results,
-                               const std::vector<std::vector<TokenLogprob>>& logprobs);
+                               const std::vector<std::vector<TokenLogprob>>& logprobs,
+                               const std::vector<ChatDelta>& answers);
 
-// One streamed chunk of choice `index`: the role (first chunk of a chat choice), text, or the finish.
+// One streamed chunk of choice `index`: the role (first chunk of a chat choice), text (completions) or
+// the chat answer's new parts, or the finish.
 struct Delta {
     size_t index = 0;
     bool role = false;
     std::string text;
+    ChatDelta chat;
     std::optional<FinishReason> finish;
+    bool called_tools = false;           // with finish: the choice called tools
     std::vector<TokenLogprob> logprobs;  // the tokens sampled since the last chunk (meta.tok set)
     size_t offset = 0;                   // completions: the choice's text bytes before this chunk
 };

@@ -4,31 +4,14 @@
 #include <limits>
 
 #include "server/api_error.h"
+#include "server/request_parts.h"
+#include "server/structured.h"
 
 namespace minfer::server {
 
 namespace {
 
-using nlohmann::json;
-
-const char* type_name(const json& v) {
-    return v.is_boolean()  ? "a boolean"
-           : v.is_number() ? "a number"
-           : v.is_string() ? "a string"
-           : v.is_array()  ? "an array"
-           : v.is_object() ? "an object"
-                           : "null";
-}
-
-ApiError wrong_type(const std::string& field, const char* want, const json& got) {
-    return bad_request("'" + field + "' must be " + want + ", not " + type_name(got), "invalid_type");
-}
-
-// The field when present and not null.
-const json* field(const json& body, const char* name) {
-    const auto it = body.find(name);
-    return it == body.end() || it->is_null() ? nullptr : &*it;
-}
+using json = nlohmann::ordered_json;
 
 double number_in(const json& body, const char* name, double lo, double hi, double dflt) {
     const json* v = field(body, name);
@@ -54,13 +37,6 @@ std::optional<int64_t> integer_in(const json& body, const char* name, int64_t lo
     return v->is_number_unsigned() ? int64_t(v->get<uint64_t>()) : v->get<int64_t>();
 }
 
-bool boolean(const json& body, const char* name, bool dflt) {
-    const json* v = field(body, name);
-    if (!v) return dflt;
-    if (!v->is_boolean()) throw wrong_type(name, "a boolean", *v);
-    return v->get<bool>();
-}
-
 // stop: a string or a list of at most 16 non-empty strings.
 std::vector<std::string> stop_strings(const json& body) {
     const json* v = field(body, "stop");
@@ -75,46 +51,6 @@ std::vector<std::string> stop_strings(const json& body) {
     for (const json& s : *v) {
         if (!s.is_string()) throw wrong_type("stop[]", "a string", s);
         if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
-    }
-    return out;
-}
-
-// Message content: a string, or an array of {"type": "text", "text": ...} parts joined.
-std::string message_content(const json& m, size_t i) {
-    const std::string name = "messages[" + std::to_string(i) + "].content";
-    const auto it = m.find("content");
-    if (it == m.end() || it->is_null()) return "";
-    if (it->is_string()) return it->get<std::string>();
-    if (!it->is_array()) throw wrong_type(name, "a string or an array of text parts", *it);
-    std::string out;
-    for (const json& part : *it) {
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-            throw bad_request(
-                "'" + name +
-                "' parts must be {\"type\": \"text\", \"text\": STRING} (only text is supported)");
-        out += part["text"].get<std::string>();
-    }
-    return out;
-}
-
-nlohmann::ordered_json chat_messages(const json& body) {
-    const json* v = field(body, "messages");
-    if (!v) throw bad_request("'messages' is required", "missing_required_parameter");
-    if (!v->is_array()) throw wrong_type("messages", "an array", *v);
-    if (v->empty()) throw bad_request("'messages' must hold at least one message");
-    auto out = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < v->size(); ++i) {
-        const json& m = (*v)[i];
-        const std::string name = "messages[" + std::to_string(i) + "]";
-        if (!m.is_object()) throw wrong_type(name, "an object", m);
-        const json* role = field(m, "role");
-        if (!role || !role->is_string()) throw bad_request("'" + name + ".role' must be a string");
-        const std::string r = role->get<std::string>();
-        if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
-            throw bad_request("'" + name + ".role' is '" + r +
-                              "'; expected system, developer, user, assistant or tool");
-        out.push_back({{"role", r == "developer" ? "system" : r}, {"content", message_content(m, i)}});
     }
     return out;
 }
@@ -173,11 +109,6 @@ int logprobs(const json& body, Endpoint endpoint) {
     return on ? int(top.value_or(0)) : -1;
 }
 
-void unsupported(const json& body) {
-    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
-        throw bad_request("'tools' is not supported by this server", "unsupported_parameter");
-}
-
 }  // namespace
 
 json parse_json_object(const std::string& body) {
@@ -199,10 +130,9 @@ CompletionRequest parse_completion_request(const std::string& text, Endpoint end
         r.model = m->get<std::string>();
     }
     if (endpoint == Endpoint::Chat)
-        r.messages = chat_messages(body);
+        chat_request(body, r);
     else
         completion_prompt(body, r);
-    unsupported(body);
     r.logprobs = logprobs(body, endpoint);
     sampling(body, r);
     const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -213,6 +143,7 @@ CompletionRequest parse_completion_request(const std::string& text, Endpoint end
     r.n = int(integer_in(body, "n", 1, lim.max_n).value_or(1));
     r.gen.stop = stop_strings(body);
     r.gen.ignore_eos = boolean(body, "ignore_eos", false);
+    r.format = response_format_grammar(body);
     r.stream = boolean(body, "stream", false);
     if (const json* so = field(body, "stream_options")) {
         if (!so->is_object()) throw wrong_type("stream_options", "an object", *so);

@@ -126,11 +126,12 @@ void Server::Impl::detokenize(const Request& req, Response& res) const {
     send_json(res, {{"content", p.tokenizer().decode(ids)}});
 }
 
-// {"messages": [...]} -> {"prompt": STRING}, the chat template applied with the generation prompt.
+// A chat request -> {"prompt": STRING}: the prompt /v1/chat/completions would run (the template applied
+// with the generation prompt, tools and the template's arguments, a forced call's start).
 void Server::Impl::apply_template(const Request& req, Response& res) const {
     const PromptBuilder& p = ready_prompt();
     const CompletionRequest r = parse_completion_request(req.body, Endpoint::Chat, {loop->n_ctx(), 16});
-    send_json(res, {{"prompt", p.render(r.messages, true)}});
+    send_json(res, {{"prompt", p.prepare(r).text}});
 }
 
 void Server::Impl::models(Response& res) const {

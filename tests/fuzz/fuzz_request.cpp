@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         const CompletionRequest r = minfer::server::parse_completion_request(body, endpoint, kLimits);
         check(r);
-        for (int32_t id : model.prompt->tokens(r))
+        for (int32_t id : model.prompt->prepare(r).tokens)
             if (endpoint == Endpoint::Chat && (id < 0 || id >= model.tok->n_vocab())) __builtin_trap();
     } catch (const minfer::server::ApiError& e) {
         if (e.status != 400) __builtin_trap();

@@ -36,7 +36,8 @@ inline EngineParams test_engine_params(int max_seqs, int64_t n_ctx = 4096) {
 }
 
 struct TestServer {
-    explicit TestServer(server::ServerOptions o = {}, EngineParams p = test_engine_params(32)) {
+    explicit TestServer(server::ServerOptions o = {}, EngineParams p = test_engine_params(32),
+                        const std::string& model = default_model()) {
         o.port = 0;
         o.metrics = true;
         o.log = false;
@@ -44,7 +45,7 @@ struct TestServer {
         srv = std::make_unique<server::Server>(o);
         port = srv->bind();
         srv->start();
-        srv->serve_model(Model::load(default_model()), p, "mini");
+        srv->serve_model(Model::load(model), p, "mini");
     }
     ~TestServer() {
         srv->shutdown();

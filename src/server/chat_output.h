@@ -1,0 +1,76 @@
+// A chat answer's text split as agents read it: reasoning (`<think>…</think>`), content, and tool calls
+// in the syntax the chat template taught the model (Hermes / Qwen `<tool_call>{json}</tool_call>`). The
+// parser takes the text as it streams in and says only what is certain: a suffix that may still become
+// a marker is held back, so half a marker or half a call never reaches the content. A streamed answer
+// and a whole one go through the same parser, so both say the same.
+//
+//   ChatOutputParser p(syntax, /*parse_tools=*/true);
+//   ChatDelta d = p.feed(text);   // per streamed piece
+//   ChatDelta last = p.finish();  // at the end: whatever was held back
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace minfer::server {
+
+enum class ToolSyntax {
+    Hermes,  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, as Qwen2.5 and Qwen3 write
+};
+
+// What a model's chat template makes it write (detect_chat_syntax reads the template).
+struct ChatSyntax {
+    ToolSyntax tools = ToolSyntax::Hermes;
+    bool think_tags = false;           // reasoning comes as <think>…</think> at the start of the answer
+    bool native_tools = false;         // the template renders `tools` itself (else minfer adds them)
+    bool starts_in_reasoning = false;  // the prompt already opened <think>: the answer begins inside it
+};
+ChatSyntax detect_chat_syntax(const std::string& chat_template);
+
+// One tool call's piece: its start carries id and name; arguments arrive in pieces after it.
+struct ToolCallDelta {
+    size_t index = 0;
+    std::string id, name;  // set on the call's first piece only
+    std::string arguments;
+};
+
+struct ChatDelta {
+    std::string reasoning, content;
+    std::vector<ToolCallDelta> tool_calls;
+    bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+    void append(ChatDelta d);  // d's pieces after this one's
+};
+
+class ChatOutputParser {
+  public:
+    // parse_tools false: a <tool_call> is content like any other text (no tools were offered).
+    ChatOutputParser(const ChatSyntax& syntax, bool parse_tools);
+
+    ChatDelta feed(std::string_view text);
+    ChatDelta finish();
+    size_t tool_calls() const { return calls_; }
+
+  private:
+    enum class State { Start, Reasoning, Content, Call };
+    bool step(ChatDelta& out, bool at_end);  // one transition; false when it needs more text
+    bool step_start(bool at_end);
+    bool step_reasoning(ChatDelta& out, bool at_end);
+    bool step_content(ChatDelta& out, bool at_end);
+    bool step_call(ChatDelta& out, bool at_end);
+    void stream_arguments(ChatDelta& out);
+    void end_call(ChatDelta& out, std::string_view body, bool closed);
+
+    ChatSyntax syntax_;
+    bool parse_tools_;
+    State state_;
+    std::string buf_;         // text not yet said
+    std::string held_space_;  // reasoning's trailing whitespace, said only if more reasoning follows
+    bool reasoning_began_ = false, content_began_ = false;
+    size_t calls_ = 0;
+    // The call being read: once its name is known its arguments stream (args_sent bytes so far).
+    bool call_streaming_ = false;
+    size_t args_start_ = 0, args_sent_ = 0;
+};
+
+}  // namespace minfer::server

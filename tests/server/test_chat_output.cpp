@@ -1,0 +1,188 @@
+// ChatOutputParser: an answer fed in any split says what it says whole — reasoning, content and tool
+// calls — and never lets half a marker or half a call into the content.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/chat_output.h"
+
+namespace minfer::server {
+namespace {
+
+// A call as a client assembles it from its deltas.
+struct Call {
+    std::string id, name, arguments;
+};
+
+struct Said {
+    std::string reasoning, content;
+    std::vector<Call> calls;
+};
+
+void add(Said& s, const ChatDelta& d) {
+    s.reasoning += d.reasoning;
+    s.content += d.content;
+    for (const ToolCallDelta& t : d.tool_calls) {
+        if (t.index == s.calls.size()) {
+            EXPECT_FALSE(t.id.empty()) << "a call's first piece carries its id";
+            EXPECT_FALSE(t.name.empty()) << "a call's first piece carries its name";
+            s.calls.push_back({t.id, t.name, ""});
+        }
+        ASSERT_EQ(t.index + 1, s.calls.size()) << "pieces arrive call after call";
+        s.calls.back().arguments += t.arguments;
+    }
+}
+
+// The answer fed in pieces of `step` bytes (0: whole).
+Said parse(const ChatSyntax& syntax, bool tools, const std::string& text, size_t step = 0) {
+    ChatOutputParser p(syntax, tools);
+    Said s;
+    if (step == 0) step = text.size() + 1;
+    for (size_t i = 0; i < text.size(); i += step) add(s, p.feed(text.substr(i, step)));
+    add(s, p.finish());
+    return s;
+}
+
+void expect_same(const Said& a, const Said& b, const std::string& why) {
+    EXPECT_EQ(a.reasoning, b.reasoning) << why;
+    EXPECT_EQ(a.content, b.content) << why;
+    ASSERT_EQ(a.calls.size(), b.calls.size()) << why;
+    for (size_t i = 0; i < a.calls.size(); ++i) {
+        EXPECT_EQ(a.calls[i].name, b.calls[i].name) << why;
+        EXPECT_EQ(nlohmann::json::parse(a.calls[i].arguments, nullptr, false),
+                  nlohmann::json::parse(b.calls[i].arguments, nullptr, false))
+            << why;
+    }
+}
+
+ChatSyntax qwen3() {
+    ChatSyntax s;
+    s.think_tags = true;
+    s.native_tools = true;
+    return s;
+}
+
+const std::vector<std::string>& answers() {
+    static const std::vector<std::string> a = {
+        "Hello there.",
+        "<think>\nLet me see.\n\nOK.\n</think>\n\nThe answer is 4.",
+        "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+        "\"arguments\": "
+        "{\"city\": \"Z\\u00fcrich\", \"days\": [1, 2]}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"</tool\"}}\n</tool_call>\n<tool_call>\n"
+        "{\"name\": \"b_2\", \"arguments\": {}}\n</tool_call>",
+        "Let me check. <tool_call>\n{\"arguments\": {\"q\": 1}, \"name\": \"search\"}\n</tool_call>",
+        "a < b and <tool> is not <tool_call but text",
+        "<tool_call>\nnot json at all\n</tool_call> then words",
+        "東京 <think> inside content stays content",
+    };
+    return a;
+}
+
+TEST(ChatOutput, EverySplitSaysWhatTheWholeSays) {
+    for (const std::string& text : answers())
+        for (bool tools : {false, true}) {
+            const Said whole = parse(qwen3(), tools, text);
+            for (size_t step = 1; step < 8; ++step)
+                expect_same(parse(qwen3(), tools, text, step), whole,
+                            "split every " + std::to_string(step) + " bytes of: " + text);
+        }
+}
+
+TEST(ChatOutput, ReasoningIsSplitFromContent) {
+    const Said s = parse(qwen3(), false, answers()[1]);
+    EXPECT_EQ(s.reasoning, "Let me see.\n\nOK.");
+    EXPECT_EQ(s.content, "The answer is 4.");
+    EXPECT_TRUE(s.calls.empty());
+}
+
+TEST(ChatOutput, APromptThatOpenedThinkStartsInReasoning) {
+    ChatSyntax syntax = qwen3();
+    syntax.starts_in_reasoning = true;
+    const Said s = parse(syntax, false, "\nplanning\n</think>\n\ndone");
+    EXPECT_EQ(s.reasoning, "planning");
+    EXPECT_EQ(s.content, "done");
+}
+
+TEST(ChatOutput, WithoutThinkTagsAThinkIsContent) {
+    ChatSyntax plain;
+    const Said s = parse(plain, false, answers()[1]);
+    EXPECT_EQ(s.content, answers()[1]);
+    EXPECT_TRUE(s.reasoning.empty());
+}
+
+TEST(ChatOutput, ToolCallsAreParsedWithTheirArguments) {
+    const Said s = parse(qwen3(), true, answers()[2]);
+    EXPECT_EQ(s.reasoning, "The user wants weather.");
+    EXPECT_EQ(s.content, "");
+    ASSERT_EQ(s.calls.size(), 1u);
+    EXPECT_EQ(s.calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(s.calls[0].arguments),
+              nlohmann::json::parse(R"({"city": "Zürich", "days": [1, 2]})"));
+    EXPECT_EQ(s.calls[0].id.rfind("call_", 0), 0u);
+    EXPECT_EQ(s.calls[0].id.size(), 29u);
+}
+
+TEST(ChatOutput, SeveralCallsInOneTurnEachGetTheirOwnId) {
+    const Said s = parse(qwen3(), true, answers()[3], 1);
+    ASSERT_EQ(s.calls.size(), 2u);
+    EXPECT_EQ(s.calls[0].name, "a");
+    EXPECT_EQ(s.calls[0].arguments, R"({"x": "</tool"})");
+    EXPECT_EQ(s.calls[1].name, "b_2");
+    EXPECT_EQ(s.calls[1].arguments, "{}");
+    EXPECT_NE(s.calls[0].id, s.calls[1].id);
+    EXPECT_EQ(s.content, "");
+}
+
+TEST(ChatOutput, ACallWithKeysInAnotherOrderIsReadWhole) {
+    const Said s = parse(qwen3(), true, answers()[4], 3);
+    EXPECT_EQ(s.content, "Let me check.");
+    ASSERT_EQ(s.calls.size(), 1u);
+    EXPECT_EQ(s.calls[0].name, "search");
+    EXPECT_EQ(nlohmann::json::parse(s.calls[0].arguments), nlohmann::json::parse(R"({"q": 1})"));
+}
+
+TEST(ChatOutput, TextThatOnlyLooksLikeAMarkerIsContent) {
+    for (size_t step : {1, 2, 5, 0}) {
+        EXPECT_EQ(parse(qwen3(), true, answers()[5], step).content, answers()[5]);
+        EXPECT_EQ(parse(qwen3(), true, "ends with <tool_ca", step).content, "ends with <tool_ca");
+    }
+}
+
+TEST(ChatOutput, AMalformedCallStaysContentMarkersIncluded) {
+    const Said s = parse(qwen3(), true, answers()[6], 2);
+    EXPECT_TRUE(s.calls.empty());
+    EXPECT_EQ(s.content, answers()[6]);  // verbatim
+}
+
+TEST(ChatOutput, WithoutToolsACallIsContent) {
+    const Said s = parse(qwen3(), false, answers()[3]);
+    EXPECT_TRUE(s.calls.empty());
+    EXPECT_EQ(s.content, answers()[3]);
+}
+
+TEST(ChatOutput, NoPieceOfContentIsHalfAMarker) {
+    ChatOutputParser p(qwen3(), true);
+    const std::string text = answers()[4];
+    for (char c : text) {
+        const ChatDelta d = p.feed(std::string(1, c));
+        EXPECT_EQ(d.content.find('<'), std::string::npos) << "content piece: " << d.content;
+    }
+}
+
+TEST(ChatOutput, DetectsTheTemplatesSyntax) {
+    const ChatSyntax chatml =
+        detect_chat_syntax("{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}");
+    EXPECT_FALSE(chatml.think_tags);
+    EXPECT_FALSE(chatml.native_tools);
+    const ChatSyntax q = detect_chat_syntax(
+        "{% if tools %}<tools>{{ tools }}</tools>{% endif %}<tool_call>{% if enable_thinking %}<think>{% "
+        "endif %}");
+    EXPECT_TRUE(q.think_tags);
+    EXPECT_TRUE(q.native_tools);
+}
+
+}  // namespace
+}  // namespace minfer::server
