@@ -2,9 +2,8 @@
 
 #include <httplib.h>
 
-#include <random>
-
 #include "server/api_error.h"
+#include "server/chat_run.h"
 #include "server/engine_loop.h"
 #include "server/peer.h"
 #include "server/prompt.h"
@@ -15,22 +14,6 @@ namespace minfer::server {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::vector<GenerationResult> results_of(const Job& job) {
-    std::vector<GenerationResult> out;
-    for (const Job::Choice& c : job.choices) out.push_back(c.result);
-    return out;
-}
-
-void count_tokens(const std::vector<GenerationResult>& results) {
-    RequestTokens& t = request_tokens();
-    t.prompt = results.empty() ? 0 : results[0].prompt_tokens;
-    for (const GenerationResult& r : results) t.generated += int64_t(r.ids.size());
-}
-
-ApiError engine_error(const std::string& why) {
-    return {500, "server_error", "engine_failed", "the engine failed: " + why};
-}
 
 // Everything the streaming provider keeps between its calls.
 struct Stream {
@@ -103,9 +86,8 @@ std::string next_events(Stream& s, bool& end) {
     if (!s.job->error.empty()) {
         out += "data: " + error_json(engine_error(s.job->error)) + "\n\n";
     } else {
-        const std::vector<GenerationResult> results = results_of(*s.job);
+        const std::vector<GenerationResult> results = finished_results(*s.job);
         if (s.include_usage) out += sse_event(usage_chunk_json(s.meta, results));
-        count_tokens(results);
     }
     return out + "data: [DONE]\n\n";
 }
@@ -139,40 +121,17 @@ void respond_streaming(EngineLoop& loop, std::shared_ptr<Job> job, const Respons
         });
 }
 
-// Waits for every choice, polling the client between steps: one that hung up cancels the job. Returns
-// false then (nothing to answer).
-bool wait_whole(EngineLoop& loop, Job& job, const PeerWatch& peer) {
-    for (uint64_t seen = 0;;) {
-        {
-            std::lock_guard lock(job.mu);
-            if (job.all_done()) return true;
-        }
-        job.wait(seen, 100ms);
-        if (peer.gone()) {
-            loop.cancel(job);
-            return false;
-        }
-    }
-}
-
 void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const ResponseMeta& meta,
                    const PreparedPrompt& prompt, const PeerWatch& peer, httplib::Response& res) {
     if (!wait_whole(loop, *job, peer)) return;
     std::lock_guard lock(job->mu);
-    if (!job->error.empty()) throw engine_error(job->error);
-    const std::vector<GenerationResult> results = results_of(*job);
-    count_tokens(results);
+    const std::vector<GenerationResult> results = finished_results(*job);
     std::vector<std::vector<TokenLogprob>> logprobs;
     if (meta.tok)
         for (const Job::Choice& c : job->choices) logprobs.push_back(c.logprobs);
-    std::vector<ChatDelta> answers(results.size());
-    if (meta.endpoint == Endpoint::Chat) {
-        std::vector<ChatOutputParser> parsers = parsers_for(prompt, results.size(), answers.data());
-        for (size_t i = 0; i < results.size(); ++i) {
-            answers[i].append(parsers[i].feed(results[i].text));
-            answers[i].append(parsers[i].finish());
-        }
-    }
+    std::vector<ChatDelta> answers;
+    if (meta.endpoint == Endpoint::Chat)
+        for (const GenerationResult& r : results) answers.push_back(parse_answer(prompt, r.text));
     res.set_content(dump(completion_json(meta, results, logprobs, answers)), "application/json");
 }
 
@@ -181,18 +140,9 @@ void respond_whole(EngineLoop& loop, const std::shared_ptr<Job>& job, const Resp
 void handle_completion(const CompletionContext& ctx, const httplib::Request& req, httplib::Response& res,
                        Endpoint endpoint) {
     CompletionRequest r = parse_completion_request(req.body, endpoint, {ctx.loop.n_ctx(), 16});
-    const PreparedPrompt prepared = ctx.prompt.prepare(r);
-    const std::vector<int32_t>& prompt = prepared.tokens;
-    if (prompt.empty()) throw bad_request("the prompt is empty");
-    if (int64_t(prompt.size()) >= ctx.loop.n_ctx())
-        throw bad_request("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
-                              std::to_string(ctx.loop.n_ctx()) + " (prompt and at least one generated token)",
-                          "context_length_exceeded");
-    r.gen.n_predict = r.max_tokens.value_or(ctx.loop.n_ctx() - int64_t(prompt.size()));
-    if (!r.seed_given) r.gen.sampling.seed = std::random_device{}();
-    request_tokens().prompt = int64_t(prompt.size());
-    if (prepared.parse_tools && !r.parallel_tool_calls) r.gen.stop.push_back("</tool_call>");  // one call
-    std::shared_ptr<Job> job = ctx.loop.submit(prompt, r.gen, r.n, r.logprobs, prepared.grammar);
+    Submitted sub = submit_request(ctx, r);
+    const PreparedPrompt& prepared = sub.prompt;
+    std::shared_ptr<Job> job = std::move(sub.job);
     ResponseMeta meta = make_meta(endpoint, ctx.model_name);
     if (r.logprobs >= 0) meta.tok = &ctx.prompt.tokenizer();
     if (r.stream)
