@@ -159,7 +159,7 @@ constexpr const char* kHelp =
 void chat(ChatOptions o) {
     if (!o.system_file.empty()) {
         if (o.system) throw Error("give --system TEXT or -f FILE, not both");
-        o.system = read_prompt_file(o.system_file);
+        o.system = read_text_file(o.system_file, "system message");
     }
     const auto model = load_model(o.model, o.device);
     warn_beyond_training(*model, o.n_ctx);

@@ -146,7 +146,7 @@ void run(RunOptions o) {
     if (o.parallel > 0) return run_parallel(o);
     if (!o.file.empty()) {  // without --parallel the whole file is the prompt, as llama.cpp's -f
         if (o.prompt) throw Error("give -p TEXT or -f FILE, not both");
-        o.prompt = read_prompt_file(o.file);
+        o.prompt = read_text_file(o.file, "prompt");
         if (o.prompt->empty()) throw Error(o.file + ": the prompt file is empty");
     }
     const auto t0 = std::chrono::steady_clock::now();

@@ -22,7 +22,7 @@ namespace minfer {
 namespace {
 
 struct ServeOptions {
-    std::string model, host = "127.0.0.1", alias, api_key, api_key_file;
+    std::string model, host = "127.0.0.1", alias, api_key, api_key_file, chat_template_file;
     int port = 8080, parallel = 8, threads = 0, max_queue = 64, timeout_s = 600, tensor_parallel = 1;
     int64_t n_ctx = 0, n_ubatch = kDefaultUbatch, kv_mem = 0;
     BackendKind device = BackendKind::Cpu;
@@ -40,6 +40,8 @@ server::ServerOptions server_options(const ServeOptions& o) {
     s.http_threads = o.parallel + o.max_queue + 16;  // every running or waiting request holds a thread
     if (!o.api_key.empty()) s.keys = server::ApiKeys({o.api_key});
     if (!o.api_key_file.empty()) s.keys = server::ApiKeys::from_file(o.api_key_file);
+    if (!o.chat_template_file.empty())
+        s.chat_template = read_text_file(o.chat_template_file, "chat template");
     return s;
 }
 
@@ -95,6 +97,9 @@ void add_serve_command(CLI::App& app) {
     add_kv_type_option(*c, o->kv_type);
     add_kv_mem_option(*c, o->kv_mem);
     add_tensor_parallel_option(*c, o->tensor_parallel);
+    c->add_option("--chat-template-file", o->chat_template_file,
+                  "Jinja chat template to use instead of the model's (e.g. one that renders tools)")
+        ->check(CLI::ExistingFile);
     c->add_option("--alias", o->alias, "Model id in /v1/models and responses (default: the file name)");
     CLI::Option* key = c->add_option("--api-key", o->api_key, "Require this key (Authorization: Bearer KEY)");
     c->add_option("--api-key-file", o->api_key_file, "Require one of the keys in this file (one per line)")

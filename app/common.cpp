@@ -192,9 +192,9 @@ bool progress_wanted() {
     return isatty(STDERR_FILENO);
 }
 
-std::string read_prompt_file(const std::string& path) {
+std::string read_text_file(const std::string& path, const std::string& what) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot open the prompt file");
+    if (!in) throw Error(path + ": cannot open the " + what + " file");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) throw Error(path + ": read failed");
     return text;

@@ -42,8 +42,9 @@ std::span<const float> forward_in_passes(Session& s, std::span<const int32_t> id
                                          bool progress, int64_t total);
 bool progress_wanted();  // stderr is a terminal
 
-// The whole text of a -f FILE (a prompt, or chat's system message), for texts too long for a command line.
-std::string read_prompt_file(const std::string& path);
+// The whole text of a file given on the command line (a -f prompt, chat's system message, a chat
+// template); `what` names it in the error.
+std::string read_text_file(const std::string& path, const std::string& what);
 
 // --dump-graph / --dump-graph-json: writes the graph for `p`, prints the node count. True when written.
 struct GraphDumpOptions {

@@ -8,7 +8,6 @@ namespace minfer::server {
 namespace {
 
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
 
 bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
@@ -16,6 +15,7 @@ bool is_space(char c) {
 
 // How many trailing bytes of `s` could begin `marker`: held back until the next piece decides.
 size_t partial_marker(std::string_view s, std::string_view marker) {
+    if (marker.empty()) return 0;
     for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
         if (s.substr(s.size() - n) == marker.substr(0, n)) return n;
     return 0;
@@ -62,10 +62,12 @@ Match json_string(std::string_view s, size_t& i, std::string& out) {
     return Match::Yes;
 }
 
-// `{"name": "NAME", "arguments": ` with JSON's optional whitespace: where the arguments begin.
-Match call_header(std::string_view s, std::string& name, size_t& args) {
+// `{"name": "NAME", "KEY": ` with JSON's optional whitespace: where the arguments begin.
+Match call_header(std::string_view s, const std::string& key, std::string& name, size_t& args) {
     size_t i = 0;
-    for (std::string_view lit : {"{", "\"name\"", ":", "", ",", "\"arguments\"", ":"}) {
+    for (std::string_view lit :
+         {std::string_view("{"), std::string_view("\"name\""), std::string_view(":"), std::string_view(),
+          std::string_view(","), std::string_view(key), std::string_view(":")}) {
         i = skip_space(s, i);
         if (i >= s.size()) return Match::Partial;
         const Match m = lit.empty() ? json_string(s, i, name) : literal(s, i, lit);
@@ -109,7 +111,13 @@ size_t json_value_end(std::string_view s) {
 ChatSyntax detect_chat_syntax(const std::string& tmpl) {
     ChatSyntax s;
     s.think_tags = tmpl.find("<think>") != std::string::npos;
-    s.native_tools = tmpl.find("tools") != std::string::npos && tmpl.find("<tool_call>") != std::string::npos;
+    const bool has_tools = tmpl.find("tools") != std::string::npos;
+    s.native_tools = has_tools && tmpl.find("<tool_call>") != std::string::npos;
+    if (!s.native_tools && has_tools && tmpl.find("ipython") != std::string::npos &&
+        tmpl.find("\"parameters\"") != std::string::npos) {
+        s.tools = ToolSyntax::Llama3Json;
+        s.native_tools = true;
+    }
     return s;
 }
 
@@ -158,14 +166,26 @@ bool ChatOutputParser::step(ChatDelta& out, bool at_end) {
     return false;
 }
 
-// Before the first word: reasoning when the answer opens with <think>, else content.
+// Before the first word: reasoning when the answer opens with <think>, a call when it opens with '{'
+// in Llama 3's syntax, else content.
 bool ChatOutputParser::step_start(bool at_end) {
     const size_t i = skip_space(buf_, 0);
-    if (!syntax_.think_tags) {
+    const bool bare_calls = parse_tools_ && syntax_.tools == ToolSyntax::Llama3Json;
+    if (!syntax_.think_tags && !bare_calls) {
         state_ = State::Content;
         return true;
     }
     if (i == buf_.size() && !at_end) return false;
+    if (bare_calls && i < buf_.size() && buf_[i] == '{') {
+        buf_.erase(0, i);
+        state_ = State::Call;
+        call_streaming_ = false;
+        return true;
+    }
+    if (!syntax_.think_tags) {
+        state_ = State::Content;
+        return true;
+    }
     size_t at = i;
     const Match m = literal(buf_, at, kThinkOpen);
     if (m == Match::Partial && !at_end) return false;
@@ -209,17 +229,18 @@ bool ChatOutputParser::step_content(ChatDelta& out, bool at_end) {
     if (!content_began_ && (reasoning_began_ || calls_ > 0)) buf_.erase(0, skip_space(buf_, 0));
     if (buf_.empty()) return false;
     content_began_ = true;
-    const size_t open = parse_tools_ ? buf_.find(kCallOpen) : std::string::npos;
+    const std::string_view call_open = syntax_.call_open();
+    const size_t open = parse_tools_ && !call_open.empty() ? buf_.find(call_open) : std::string::npos;
     if (open != std::string::npos) {
         out.content += rstrip(std::string_view(buf_).substr(0, open));
-        buf_.erase(0, open + kCallOpen.size());
+        buf_.erase(0, open + call_open.size());
         state_ = State::Call;
         call_streaming_ = false;
         return true;
     }
     size_t said = buf_.size();
-    if (parse_tools_ && !at_end) {
-        said -= partial_marker(buf_, kCallOpen);
+    if (parse_tools_ && !at_end && !call_open.empty()) {
+        said -= partial_marker(buf_, call_open);
         said = rstrip(std::string_view(buf_).substr(0, said)).size();  // may precede a call
     }
     out.content += std::string_view(buf_).substr(0, said);
@@ -230,7 +251,8 @@ bool ChatOutputParser::step_content(ChatDelta& out, bool at_end) {
 bool ChatOutputParser::step_call(ChatDelta& out, bool at_end) {
     if (!call_streaming_) {
         std::string name;
-        const Match m = call_header(buf_, name, args_start_);
+        const Match m =
+            call_header(buf_, '"' + std::string(syntax_.arguments_key()) + '"', name, args_start_);
         if (m == Match::Yes) {
             out.tool_calls.push_back({calls_, call_id(), name, ""});
             call_streaming_ = true;
@@ -238,10 +260,12 @@ bool ChatOutputParser::step_call(ChatDelta& out, bool at_end) {
         }
     }
     if (call_streaming_) stream_arguments(out);
-    const size_t close = buf_.find(kCallClose);
-    if (close == std::string::npos && !at_end) return false;
-    end_call(out, std::string_view(buf_).substr(0, close), close != std::string::npos);
-    buf_.erase(0, close == std::string::npos ? buf_.size() : close + kCallClose.size());
+    // Hermes: up to </tool_call>; Llama 3: the call is the JSON object itself.
+    const std::string_view call_close = syntax_.call_close();
+    const size_t end = call_close.empty() ? json_value_end(buf_) : buf_.find(call_close);
+    if (end == std::string::npos && !at_end) return false;
+    end_call(out, std::string_view(buf_).substr(0, end), end != std::string::npos);
+    buf_.erase(0, end == std::string::npos ? buf_.size() : end + call_close.size());
     content_began_ = false;
     state_ = State::Content;
     return true;
@@ -251,7 +275,8 @@ bool ChatOutputParser::step_call(ChatDelta& out, bool at_end) {
 void ChatOutputParser::stream_arguments(ChatDelta& out) {
     const std::string_view args = std::string_view(buf_).substr(args_start_);
     const size_t end = json_value_end(args);
-    size_t upto = end != std::string_view::npos ? end : args.size() - partial_marker(args, kCallClose);
+    size_t upto =
+        end != std::string_view::npos ? end : args.size() - partial_marker(args, syntax_.call_close());
     if (upto <= args_sent_) return;
     out.tool_calls.push_back({calls_, "", "", std::string(args.substr(args_sent_, upto - args_sent_))});
     args_sent_ = upto;
@@ -265,12 +290,14 @@ void ChatOutputParser::end_call(ChatDelta& out, std::string_view body, bool clos
         return;
     }
     const auto j = nlohmann::json::parse(body, nullptr, false);
-    const bool ok = j.is_object() && j.contains("name") && j["name"].is_string() && j.contains("arguments");
+    const char* key = syntax_.arguments_key();
+    const bool ok = j.is_object() && j.contains("name") && j["name"].is_string() && j.contains(key);
     if (!ok) {
-        out.content += std::string(kCallOpen) + std::string(body) + std::string(closed ? kCallClose : "");
+        out.content += std::string(syntax_.call_open()) + std::string(body) +
+                       std::string(closed ? syntax_.call_close() : "");
         return;
     }
-    const nlohmann::json& a = j["arguments"];
+    const nlohmann::json& a = j[key];
     out.tool_calls.push_back({calls_, call_id(), j["name"].get<std::string>(),
                               a.is_string()
                                   ? a.get<std::string>()

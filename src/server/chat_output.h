@@ -1,5 +1,6 @@
 // A chat answer's text split as agents read it: reasoning (`<think>…</think>`), content, and tool calls
-// in the syntax the chat template taught the model (Hermes / Qwen `<tool_call>{json}</tool_call>`). The
+// in the syntax the chat template taught the model (Hermes / Qwen `<tool_call>{json}</tool_call>`, or
+// Llama 3.x's bare `{"name": ..., "parameters": ...}` answer). The
 // parser takes the text as it streams in and says only what is certain: a suffix that may still become
 // a marker is held back, so half a marker or half a call never reaches the content. A streamed answer
 // and a whole one go through the same parser, so both say the same.
@@ -16,7 +17,8 @@
 namespace minfer::server {
 
 enum class ToolSyntax {
-    Hermes,  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, as Qwen2.5 and Qwen3 write
+    Hermes,     // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, as Qwen2.5 and Qwen3 write
+    Llama3Json  // the answer is {"name": ..., "parameters": {...}}, as Llama 3.1-3.3 templates ask
 };
 
 // What a model's chat template makes it write (detect_chat_syntax reads the template).
@@ -25,6 +27,10 @@ struct ChatSyntax {
     bool think_tags = false;           // reasoning comes as <think>…</think> at the start of the answer
     bool native_tools = false;         // the template renders `tools` itself (else minfer adds them)
     bool starts_in_reasoning = false;  // the prompt already opened <think>: the answer begins inside it
+    // The key under which a call's arguments come, and the text that opens and closes a call.
+    const char* arguments_key() const { return tools == ToolSyntax::Hermes ? "arguments" : "parameters"; }
+    std::string_view call_open() const { return tools == ToolSyntax::Hermes ? "<tool_call>" : ""; }
+    std::string_view call_close() const { return tools == ToolSyntax::Hermes ? "</tool_call>" : ""; }
 };
 ChatSyntax detect_chat_syntax(const std::string& chat_template);
 

@@ -23,7 +23,8 @@ bool ends_with_tag(std::string_view text, std::string_view tag) {
     return text.size() >= tag.size() && text.substr(text.size() - tag.size()) == tag;
 }
 
-// The forced start of a call, its opening tag; the call's grammar (structured.h) writes the rest. A
+// The forced start of a call, its opening tag (Llama 3's calls have none); the call's grammar
+// (structured.h) writes the rest. A
 // thinking model first gets an empty reasoning block, as the template's `enable_thinking: false` gives.
 std::string forced_call(const ChatSyntax& syntax, std::string_view prompt) {
     std::string out;
@@ -31,16 +32,19 @@ std::string forced_call(const ChatSyntax& syntax, std::string_view prompt) {
         out = "\n\n</think>\n\n";
     else if (syntax.think_tags && !ends_with_tag(prompt, "</think>"))
         out = "<think>\n\n</think>\n\n";
-    return out + "<tool_call>\n";
+    if (syntax.tools == ToolSyntax::Hermes) out += "<tool_call>\n";
+    return out;
 }
 
 }  // namespace
 
-PromptBuilder::PromptBuilder(const GgufFile& f, const Tokenizer& tok) : tok_(tok) {
-    if (f.has("tokenizer.chat_template")) {
+PromptBuilder::PromptBuilder(const GgufFile& f, const Tokenizer& tok, const std::string& chat_template)
+    : tok_(tok) {
+    if (!chat_template.empty())
+        tmpl_ = chat_template;
+    else if (f.has("tokenizer.chat_template"))
         tmpl_ = f.get_str("tokenizer.chat_template");
-        syntax_ = detect_chat_syntax(*tmpl_);
-    }
+    if (tmpl_) syntax_ = detect_chat_syntax(*tmpl_);
     extra_ = {{"bos_token", token_or_empty(tok, tok.bos_id())},
               {"eos_token", token_or_empty(tok, tok.eos_id())}};
 }
@@ -77,7 +81,7 @@ PreparedPrompt PromptBuilder::prepare(const CompletionRequest& r) const {
         p.forced = forced_call(syntax_, text);
         text += p.forced;
         p.syntax.starts_in_reasoning = false;
-        p.grammar.grammar = forced_call_grammar(r);
+        p.grammar.grammar = forced_call_grammar(r, syntax_.arguments_key());
     } else if (r.format) {
         p.grammar.grammar = r.format;
         // A thinking model reasons freely first: the value follows its </think>.

@@ -35,7 +35,8 @@ struct PreparedPrompt {
 
 class PromptBuilder {
   public:
-    PromptBuilder(const GgufFile& f, const Tokenizer& tok);
+    // chat_template: replaces the GGUF's when not empty (serve --chat-template-file).
+    PromptBuilder(const GgufFile& f, const Tokenizer& tok, const std::string& chat_template = "");
 
     // The template applied to `messages`; throws ApiError (400) when the model has no template or the
     // template rejects the conversation (raise_exception).

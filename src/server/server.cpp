@@ -235,7 +235,7 @@ void Server::start() {
 void Server::serve_model(std::unique_ptr<Model> model, const EngineParams& p, const std::string& name) {
     Impl& s = *impl_;
     s.tok = Tokenizer::from_gguf(*model->file);
-    s.prompt = std::make_unique<PromptBuilder>(*model->file, *s.tok);
+    s.prompt = std::make_unique<PromptBuilder>(*model->file, *s.tok, s.opt.chat_template);
     s.model = std::move(model);
     s.loop = std::make_unique<EngineLoop>(*s.model, p, *s.tok, s.metrics, LoopOptions{s.opt.max_queue});
     s.name = name;

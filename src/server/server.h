@@ -34,6 +34,7 @@ struct ServerOptions {
     std::chrono::milliseconds grace{5000};  // shutdown: how long in-flight requests may finish
     bool log = true;                        // one line per request on stderr
     int http_threads = 0;  // connections served at once (each stream holds one); 0: max_queue + 64
+    std::string chat_template;  // replaces the GGUF's tokenizer.chat_template; empty: the GGUF's
 };
 
 class Server {

@@ -20,9 +20,9 @@ std::shared_ptr<const grammar::Grammar> compile(const json& schema, const std::s
     return g;
 }
 
-// {"name": {"const": NAME}, "arguments": PARAMETERS}, the parameters' $defs lifted to the root where
-// their references point.
-json call_schema(const json& function, json& defs) {
+// {"name": {"const": NAME}, KEY: PARAMETERS}, the parameters' $defs lifted to the root where their
+// references point.
+json call_schema(const json& function, const char* key, json& defs) {
     json params = function.contains("parameters") ? function["parameters"] : json{{"type", "object"}};
     for (const char* key : {"$defs", "definitions"})
         if (params.contains(key) && params[key].is_object()) {
@@ -30,8 +30,8 @@ json call_schema(const json& function, json& defs) {
             params.erase(key);
         }
     return {{"type", "object"},
-            {"properties", {{"name", {{"const", function["name"]}}}, {"arguments", params}}},
-            {"required", {"name", "arguments"}},
+            {"properties", {{"name", {{"const", function["name"]}}}, {key, params}}},
+            {"required", {"name", key}},
             {"additionalProperties", false}};
 }
 
@@ -57,14 +57,15 @@ std::shared_ptr<const grammar::Grammar> response_format_grammar(const json& body
     return compile(*schema, "response_format.json_schema.schema");
 }
 
-std::shared_ptr<const grammar::Grammar> forced_call_grammar(const CompletionRequest& r) {
+std::shared_ptr<const grammar::Grammar> forced_call_grammar(const CompletionRequest& r,
+                                                            const char* arguments_key) {
     json defs = json::object(), any_of = json::array();
     std::string name = "tools";
     for (size_t i = 0; i < r.tools.size(); ++i) {
         const json& fn = r.tools[i]["function"];
         if (r.tool_choice == ToolChoice::Named && fn["name"] != r.tool_name) continue;
         if (r.tool_choice == ToolChoice::Named) name = "tools[" + std::to_string(i) + "].function.parameters";
-        any_of.push_back(call_schema(fn, defs));
+        any_of.push_back(call_schema(fn, arguments_key, defs));
     }
     json schema = any_of.size() == 1 ? any_of[0] : json{{"anyOf", any_of}};
     for (const auto& [k, v] : defs.items()) schema[k] = v;

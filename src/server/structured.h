@@ -17,7 +17,9 @@ struct CompletionRequest;
 // nullptr for no response_format or {"type": "text"}.
 std::shared_ptr<const grammar::Grammar> response_format_grammar(const nlohmann::ordered_json& body);
 
-// tool_choice required (any offered tool) or named (that one): the call object's grammar.
-std::shared_ptr<const grammar::Grammar> forced_call_grammar(const CompletionRequest& r);
+// tool_choice required (any offered tool) or named (that one): the call object's grammar, its
+// arguments under `arguments_key` ("arguments", or Llama 3's "parameters").
+std::shared_ptr<const grammar::Grammar> forced_call_grammar(const CompletionRequest& r,
+                                                            const char* arguments_key);
 
 }  // namespace minfer::server

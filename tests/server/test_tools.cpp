@@ -5,6 +5,7 @@
 // and their results renders; mistakes are 400s naming the field.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,25 @@ TEST(Tools, ANamedCallOnQwen3MiniSkipsTheReasoning) {
     TestServer s({}, test_engine_params(8), model_path("qwen3-mini-Q8_0.gguf"));
     named_call_whole_and_streamed(s, "");
     named_call_whole_and_streamed(s, R"(, "enable_thinking": false)");
+}
+
+// The Llama 3.1 template (tests/template/data) on the Llama mini through serve's chat template option:
+// the template renders the tools, and calls are the answer's bare JSON object.
+TEST(Tools, ANamedCallInLlama3Syntax) {
+    MINFER_REQUIRE_FILE(model_path("llama-mini-Q4_K_M.gguf"));
+    std::ifstream in(std::string(MINFER_SOURCE_DIR) + "/tests/template/data/llama3.1-instruct.jinja");
+    server::ServerOptions o;
+    o.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(o.chat_template.empty());
+    TestServer s(o, test_engine_params(8), model_path("llama-mini-Q4_K_M.gguf"));
+    named_call_whole_and_streamed(s, "");
+    const auto t = s.client()->Post("/apply-template", request(R"("auto")", false), "application/json");
+    ASSERT_EQ(t->status, 200) << t->body;
+    const std::string prompt = body_json(t)["prompt"];
+    EXPECT_NE(prompt.find("Environment: ipython"), std::string::npos) << prompt;
+    EXPECT_NE(prompt.find("\"get_weather\""), std::string::npos) << prompt;
+    EXPECT_EQ(prompt.find("<tool_call>"), std::string::npos) << "the template's own format, not Hermes:\n"
+                                                             << prompt;
 }
 
 TEST(Tools, RequiredCallsAnOfferedTool) {
