@@ -20,11 +20,11 @@ fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BENCH=ON
 cmake --build build -j "$(nproc)"
-# The openai npm package for tests/server/openai_client.test.mjs and puppeteer-core (which drives the
-# system chromium, downloading no browser) for tests/viz/browser.test.mjs, and ajv + ajv-formats for
-# tests/grammar/validate_samples.mjs, in an ignored folder (the tests skip without them). A failed
-# install (no network) is reported, not fatal.
-for pkg in openai@4 puppeteer-core@24 ajv@8 ajv-formats@3; do
+# The openai and @anthropic-ai/sdk npm packages for tests/server/openai_client.test.mjs and
+# anthropic_client.test.mjs, puppeteer-core (which drives the system chromium, downloading no browser)
+# for tests/viz/browser.test.mjs, and ajv + ajv-formats for tests/grammar/validate_samples.mjs, in an
+# ignored folder (the tests skip without them). A failed install (no network) is reported, not fatal.
+for pkg in openai@4 @anthropic-ai/sdk@1 puppeteer-core@24 ajv@8 ajv-formats@3; do
   if [ ! -d "build/node/node_modules/${pkg%@*}" ]; then
     mkdir -p build/node
     (cd build/node && npm install --no-audit --no-fund --loglevel=error "$pkg") ||

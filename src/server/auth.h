@@ -1,5 +1,6 @@
-// API keys: when any is set, requests carry "Authorization: Bearer KEY" (or "X-Api-Key: KEY"). Keys are
-// compared in time independent of where they differ, and every key is tried, so timing tells nothing.
+// API keys: when any is set, requests carry "Authorization: Bearer KEY" or "X-Api-Key: KEY" (as
+// Anthropic's SDKs send it, on every route). Keys are compared in time independent of where they differ,
+// and every key is tried, so timing tells nothing.
 #pragma once
 #include <string>
 #include <string_view>

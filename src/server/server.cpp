@@ -11,6 +11,7 @@
 #include "server/completions.h"
 #include "server/engine_loop.h"
 #include "server/http.h"
+#include "server/messages.h"
 #include "server/metrics.h"
 #include "server/prompt.h"
 #include "server/render.h"
@@ -160,6 +161,9 @@ void Server::Impl::routes() {
                       const PromptBuilder& p = ready_prompt();
                       handle_completion({*loop, p, name}, req, res, endpoint);
                   }));
+    http.Post("/v1/messages", [this](const Request& req, Response& res) {
+        anthropic_guarded(res, [&] { handle_messages({*loop, ready_prompt(), name}, req, res); });
+    });
     http.Post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
     http.Post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
     http.Post("/apply-template",
@@ -180,7 +184,11 @@ void Server::Impl::hooks() {
         if (!opt.keys.enabled() || is_public(req.path) ||
             opt.keys.accepts(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key")))
             return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, {401, "authentication_error", "invalid_api_key", "a valid API key is required"});
+        const ApiError e{401, "authentication_error", "invalid_api_key", "a valid API key is required"};
+        if (anthropic_route(req.path))
+            send_anthropic_error(res, e);  // Anthropic's SDKs read their own envelope
+        else
+            send_error(res, e);
         return httplib::Server::HandlerResponse::Handled;
     });
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
