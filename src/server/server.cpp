@@ -15,6 +15,7 @@
 #include "server/metrics.h"
 #include "server/prompt.h"
 #include "server/render.h"
+#include "server/responses.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -164,6 +165,10 @@ void Server::Impl::routes() {
     http.Post("/v1/messages", [this](const Request& req, Response& res) {
         anthropic_guarded(res, [&] { handle_messages({*loop, ready_prompt(), name}, req, res); });
     });
+    for (const char* path : {"/v1/responses", "/responses"})
+        http.Post(path, guarded([this](const Request& req, Response& res) {
+                      handle_responses({*loop, ready_prompt(), name}, req, res);
+                  }));
     http.Post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
     http.Post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
     http.Post("/apply-template",
