@@ -28,6 +28,7 @@ struct ServeOptions {
     BackendKind device = BackendKind::Cpu;
     GgmlType kv_type = GgmlType::F32;
     bool metrics = false, deterministic = false;
+    Pooling pooling = Pooling::Unspecified;  // --pooling
 };
 
 server::ServerOptions server_options(const ServeOptions& o) {
@@ -37,6 +38,7 @@ server::ServerOptions server_options(const ServeOptions& o) {
     s.metrics = o.metrics;
     s.max_queue = o.max_queue;
     s.timeout_s = o.timeout_s;
+    s.pooling = o.pooling;
     s.http_threads = o.parallel + o.max_queue + 16;  // every running or waiting request holds a thread
     if (!o.api_key.empty()) s.keys = server::ApiKeys({o.api_key});
     if (!o.api_key_file.empty()) s.keys = server::ApiKeys::from_file(o.api_key_file);
@@ -104,6 +106,14 @@ void add_serve_command(CLI::App& app) {
     CLI::Option* key = c->add_option("--api-key", o->api_key, "Require this key (Authorization: Bearer KEY)");
     c->add_option("--api-key-file", o->api_key_file, "Require one of the keys in this file (one per line)")
         ->excludes(key);
+    c->add_option_function<std::string>(
+         "--pooling",
+         [o](const std::string& p) {
+             o->pooling = p == "last" ? Pooling::Last : p == "cls" ? Pooling::Cls : Pooling::Mean;
+         },
+         "How /v1/embeddings pools the rows (default: the model's <arch>.pooling_type, else mean)")
+        ->type_name("mean|last|cls")
+        ->transform(CLI::IsMember({"mean", "last", "cls"}, CLI::ignore_case));
     c->add_flag("--metrics", o->metrics, "Serve Prometheus metrics at GET /metrics");
     c->add_option("--max-queue", o->max_queue, "Requests waiting beyond --parallel before 503")
         ->check(int_in(0, 4096))

@@ -80,7 +80,7 @@ nlohmann::json graph_json(const ComputeGraph& g, const GraphParams& p) {
                            {"fuse_qkv", p.cparams.fuse_qkv},
                            {"fuse_ffn", p.cparams.fuse_ffn}}},
                          {"weights_version", p.weights_version},
-                         {"greedy", p.greedy}};
+                         {"output", graph_output_name(p.output)}};
     return {{"params", params},     {"uid", g.uid},   {"inputs", g.inputs},
             {"outputs", g.outputs}, {"nodes", nodes}, {"edges", edges}};
 }

@@ -10,6 +10,12 @@ namespace minfer {
 
 enum class GraphType : uint8_t { Prefill, Decode };
 
+// What the graph's output holds, per wanted row: the logits [n_vocab, n_out]; their argmax [n_out] i32
+// (greedy decoding, so a device sends back ids, not rows of the vocabulary); or the final norm's hidden
+// state [n_embd, n_out], the graph stopping before lm_head (embeddings).
+enum class GraphOutput : uint8_t { Logits, Argmax, Hidden };
+const char* graph_output_name(GraphOutput o);  // "logits", "argmax", "hidden"
+
 // The KV layout: n_ctx token slots shared by every sequence, in blocks of kv_block slots (a power of two,
 // at least 16, dividing n_ctx; or 0: one block of n_ctx, the unpaged layout of a single sequence); a
 // forward's tokens belong to at most max_seqs sequences, each reaching at most max_blocks() blocks
@@ -39,13 +45,13 @@ struct GraphParams {
     GraphType gtype = GraphType::Decode;
     CParams cparams;
     uint64_t weights_version = 0;
-    bool greedy = false;  // the output is each row's argmax ([n_out] i32), not the logits
+    GraphOutput output = GraphOutput::Logits;
     bool operator==(const GraphParams&) const = default;
 
     static GraphParams make(int64_t n_tokens, int64_t n_out, const CParams& cp, uint64_t weights_version = 0,
-                            bool greedy = false) {
+                            GraphOutput output = GraphOutput::Logits) {
         return {n_tokens, n_out,           n_tokens > 1 ? GraphType::Prefill : GraphType::Decode,
-                cp,       weights_version, greedy};
+                cp,       weights_version, output};
     }
 };
 

@@ -151,9 +151,11 @@ NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInp
 void output_head(GraphBuilder& b, const Model& m, NodeId h, const GraphParams& p) {
     b.set_layer(-1);  // the head is outside the layers
     const NodeId normed = b.rms_norm(h, m.output_norm, m.hp.rms_eps);
+    // GraphOutput::Hidden (embeddings) stops before lm_head: the output is normed, [n_embd, n_out].
+    if (p.output == GraphOutput::Hidden) return b.output(normed);
     NodeId logits = b.matmul(normed, m.output);  // [n_vocab, n_out] ([n_vocab / ranks, n_out] in a shard)
     if (m.output.n_out != m.hp.n_vocab) logits = b.all_gather(logits, m.shard.ranks);
-    b.output(p.greedy ? b.argmax(logits) : logits);  // [n_out] i32 | [n_vocab, n_out]
+    b.output(p.output == GraphOutput::Argmax ? b.argmax(logits) : logits);  // [n_out] i32 | [n_vocab, n_out]
 }
 
 }  // namespace minfer

@@ -41,8 +41,9 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
 // so the last FFN, final norm and lm_head run on n_out rows. -> [n_embd, nt or n_out].
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer);
 
-// Final RMSNorm and lm_head, marked as the graph output: [n_embd, n] -> [n_vocab, n], or with
-// p.greedy each row's argmax: [n] i32. A vocabulary shard gathers every rank's logits first.
+// Final RMSNorm and lm_head, marked as the graph output: [n_embd, n] -> [n_vocab, n]; with
+// GraphOutput::Argmax each row's argmax: [n] i32; with GraphOutput::Hidden the normed rows themselves,
+// [n_embd, n], and no lm_head. A vocabulary shard gathers every rank's logits first.
 void output_head(GraphBuilder& b, const Model& m, NodeId h, const GraphParams& p);
 
 }  // namespace minfer

@@ -111,6 +111,7 @@ Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     hp.rms_eps = r.positive("attention.layer_norm_rms_epsilon", 1e-6);
     hp.rope_base = r.positive("rope.freq_base", 10000.0);
     hp.rope_style = arch.rope_style;
+    hp.pooling = Pooling(r.integer("pooling_type", -1, 4, -1));
     return hp;
 }
 

@@ -14,6 +14,11 @@ namespace minfer {
 
 class GgufFile;
 
+// How an embedding pools the hidden states of its rows into one vector: llama.cpp's llama_pooling_type,
+// as the GGUF key <arch>.pooling_type stores it (Unspecified when the key is absent). None gives no
+// single vector; Rank is a reranker's classification head, which minfer does not run.
+enum class Pooling : int8_t { Unspecified = -1, None = 0, Mean = 1, Cls = 2, Last = 3, Rank = 4 };
+
 struct Hparams {
     std::string arch;  // "qwen2", "qwen3", "llama"
     int n_layer = 0;
@@ -28,6 +33,7 @@ struct Hparams {
     float rms_eps = 1e-6f;
     float rope_base = 10000.0f;
     RopeStyle rope_style = RopeStyle::Neox;
+    Pooling pooling = Pooling::Unspecified;  // <arch>.pooling_type
     int64_t n_kv_embd() const { return n_head_kv * head_dim; }
     int64_t n_q_embd() const { return n_head * head_dim; }
 };

@@ -21,7 +21,7 @@ ComputeGraph build_qwen3(const Model& m, const GraphParams& p) {
         x = b.rms_norm(h, l.ffn_norm, m.hp.rms_eps);
         h = b.add(h, swiglu_ffn(b, m, il, x, p));
     }
-    output_head(b, m, h, p);  // [n_vocab, n_out] | [n_out] ids
+    output_head(b, m, h, p);  // [n_vocab, n_out] | [n_out] ids | [n_embd, n_out] hidden
     return std::move(b).build();
 }
 

@@ -291,8 +291,8 @@ void Engine::add_observer(std::unique_ptr<StepObserver> o) {
     ranks_.front()->exec.set_observer(observer_.get());
 }
 
-GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out, bool greedy) const {
-    return GraphParams::make(n_tokens, n_out, cparams_, 0, greedy);
+GraphParams Engine::params_for(int64_t n_tokens, int64_t n_out, GraphOutput out) const {
+    return GraphParams::make(n_tokens, n_out, cparams_, 0, out);
 }
 
 ComputeGraph Engine::planned_graph(const GraphParams& p) {
@@ -440,16 +440,16 @@ Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
     return pl;
 }
 
-// Runs the batch's graph (logits or, with greedy, their argmax) and appends the tokens to their
+// Runs the batch's graph (logits, their argmax or the hidden states) and appends the tokens to their
 // sequences. Returns the output rows: pl.out_rows' when out_ids narrowed them, every token's otherwise.
-const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, bool greedy, bool& narrowed) {
+const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, GraphOutput out, bool& narrowed) {
     const auto n_tokens = int64_t(pl.tokens.size()), n_out = int64_t(pl.out_rows.size());
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
         grow(q, int64_t(c.tokens.size()));
         std::copy(q.blocks.begin(), q.blocks.end(), table_.begin() + c.seq * cparams_.max_blocks());
     }
-    const GraphParams p = params_for(n_tokens, n_out, greedy);
+    const GraphParams p = params_for(n_tokens, n_out, out);
     on_ranks([&](Rank& r) {
         ComputeGraph& g = r.activate(p);
         r.exec.fill_input(g.find_input("token_ids"), pl.tokens);
@@ -497,7 +497,7 @@ std::span<const float> Engine::forward(std::span<const Chunk> batch) {
     check_batch(batch);
     const Plan pl = plan(batch);
     bool narrowed = false;
-    const float* logits = run(batch, pl, false, narrowed);
+    const float* logits = run(batch, pl, GraphOutput::Logits, narrowed);
     return wanted_rows(logits, pl.out_rows, pl.n_wanted, narrowed, size_t(model_.hp.n_vocab), logits_);
 }
 
@@ -505,8 +505,47 @@ std::span<const int32_t> Engine::forward_greedy(std::span<const Chunk> batch) {
     check_batch(batch);
     const Plan pl = plan(batch);
     bool narrowed = false;
-    const auto* ids = reinterpret_cast<const int32_t*>(run(batch, pl, true, narrowed));
+    const auto* ids = reinterpret_cast<const int32_t*>(run(batch, pl, GraphOutput::Argmax, narrowed));
     return wanted_rows(ids, pl.out_rows, pl.n_wanted, narrowed, 1, greedy_ids_);
+}
+
+bool Engine::can_embed(int64_t n) const {
+    const bool slot = std::any_of(seqs_.begin(), seqs_.end(), [](const Sequence& q) { return !q.open; });
+    const int64_t block = cparams_.block();
+    return slot && n > 0 && n <= cparams_.n_ctx && (n + block - 1) / block <= pool_.n_free();
+}
+
+std::vector<float> Engine::embed(std::span<const int32_t> tokens) {
+    const auto n = int64_t(tokens.size()), d = model_.hp.n_embd;
+    if (n > cparams_.n_ctx)
+        throw Error("embed: " + std::to_string(n) + " tokens do not fit in a context of " +
+                    std::to_string(cparams_.n_ctx));
+    if (!can_embed(n)) throw Error("embed: no tokens, or no free sequence slot or KV blocks for them");
+    for (const int32_t id : tokens)  // checked here too, before any chunk runs
+        if (id < 0 || id >= model_.hp.n_vocab)
+            throw Error("token id " + std::to_string(id) + " is out of range [0, " +
+                        std::to_string(model_.hp.n_vocab) + ")");
+    const SeqId s = open();
+    std::vector<float> rows;  // [n][n_embd]
+    rows.reserve(size_t(n * d));
+    try {
+        for (int64_t at = 0; at < n; at += n_ubatch_) {
+            const int64_t len = std::min(n_ubatch_, n - at);
+            const Chunk c{s, tokens.subspan(size_t(at), size_t(len)), len};  // every row
+            check_batch({&c, 1});
+            const Plan pl = plan({&c, 1});
+            bool narrowed = false;
+            const float* out = run({&c, 1}, pl, GraphOutput::Hidden, narrowed);  // [n_embd, n_out]
+            const std::span<const float> part =
+                wanted_rows(out, pl.out_rows, pl.n_wanted, narrowed, size_t(d), hidden_);
+            rows.insert(rows.end(), part.begin(), part.end());
+        }
+    } catch (...) {
+        close(s);
+        throw;
+    }
+    close(s);
+    return rows;
 }
 
 }  // namespace minfer

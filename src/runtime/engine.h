@@ -84,6 +84,13 @@ class Engine {
     // As forward, but returns each wanted row's argmax (the lowest id on ties) instead of its logits:
     // greedy decoding, computed where the logits are, so a GPU sends back ids, not rows of the vocabulary.
     std::span<const int32_t> forward_greedy(std::span<const Chunk> batch);
+    // The final norm's hidden state of every token of `tokens` (the rows lm_head would read):
+    // [tokens.size()][n_embd]. Runs on a fresh sequence, in forwards of at most max_tokens() tokens (the
+    // KV cache carries the context from one to the next), then closes it. Throws Error, changing nothing,
+    // for no tokens, more than n_ctx(), an id out of range, or when can_embed() is false.
+    std::vector<float> embed(std::span<const int32_t> tokens);
+    // Whether embed() of n tokens can run now: a free sequence slot and the KV blocks of all n tokens.
+    bool can_embed(int64_t n) const;
 
     SeqId open();         // an empty sequence; Error when max_seqs are open
     void close(SeqId s);  // its blocks go back to the pool (published ones stay cached)
@@ -104,7 +111,7 @@ class Engine {
     int64_t prefix_hit_tokens() const { return prefix_hits_; }
     const Model& model() const { return model_; }
     const CParams& cparams() const { return cparams_; }
-    GraphParams params_for(int64_t n_tokens, int64_t n_out, bool greedy = false) const;
+    GraphParams params_for(int64_t n_tokens, int64_t n_out, GraphOutput out = GraphOutput::Logits) const;
     // Builds, assigns and fuses the graph for `p` without executing it (dumps, tests).
     ComputeGraph planned_graph(const GraphParams& p);
     // Builds and binds the graph of a forward of n_tokens (n_out logits) and allocates the KV cache's host
@@ -140,7 +147,7 @@ class Engine {
     void grow(Sequence& s, int64_t n);
     void publish_full_blocks(Sequence& s);
     Plan plan(std::span<const Chunk> batch) const;
-    const float* run(std::span<const Chunk> batch, const Plan& pl, bool greedy, bool& narrowed);
+    const float* run(std::span<const Chunk> batch, const Plan& pl, GraphOutput out, bool& narrowed);
     void on_ranks(const std::function<void(Rank&)>& f);  // f on every rank at once
 
     const Model& model_;
@@ -160,6 +167,7 @@ class Engine {
     std::unique_ptr<StepObserver> observer_;
     std::vector<float> logits_;        // the wanted rows, when padding left others in the output
     std::vector<int32_t> greedy_ids_;  // likewise for forward_greedy
+    std::vector<float> hidden_;        // and for embed's rows
 };
 
 }  // namespace minfer

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
+#include "runtime/embed.h"
 #include "server/api_error.h"
 #include "util/error.h"
 
@@ -15,6 +17,16 @@ int64_t micros(Clock::duration d) {
 }
 
 }  // namespace
+
+// One embeddings request: its inputs, and their vectors as the scheduler thread makes them (read by the
+// HTTP thread once done). done and error are guarded by the loop's mu_.
+struct EngineLoop::EmbedJob {
+    std::vector<std::vector<int32_t>> inputs;
+    Pooling pooling;
+    std::vector<std::vector<float>> vectors;
+    bool done = false;
+    std::optional<ApiError> error;
+};
 
 bool Job::wait(uint64_t& seen, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu);
@@ -47,6 +59,7 @@ EngineLoop::~EngineLoop() {
     }
     cv_.notify_all();
     thread_.join();
+    fail_embeds(ApiError(503, "server_error", "unavailable", "the server is shutting down"));
 }
 
 void EngineLoop::kick() {
@@ -67,7 +80,11 @@ void EngineLoop::run() {
             kicked_ = false;
         }
         try {
-            while (sched_.step()) publish_stats();
+            for (bool busy = true; busy; publish_stats()) {
+                run_embeds();  // between steps: the queued embeddings that fit now
+                busy = sched_.step();
+            }
+            run_embeds();  // those that waited for room: nothing runs now, so each fits
         } catch (const std::exception& e) {
             fail_all(e.what());
         }
@@ -95,6 +112,7 @@ void EngineLoop::fail_all(const std::string& why) {
         jobs.swap(jobs_);
         reserved_ = 0;
     }
+    fail_embeds(ApiError(500, "server_error", "internal_error", why));
     for (const auto& j : jobs) {
         std::lock_guard lock(j->mu);
         j->error = why;
@@ -251,12 +269,81 @@ void EngineLoop::on_done(Job& job, size_t i, const GenerationResult& r) {
 void EngineLoop::drain(std::chrono::milliseconds grace) {
     std::unique_lock lock(mu_);
     draining_ = true;
-    if (cv_.wait_for(lock, grace, [&] { return reserved_ == 0; })) return;
+    if (cv_.wait_for(lock, grace, [&] { return reserved_ == 0 && embeds_.empty(); })) return;
     const std::vector<std::shared_ptr<Job>> jobs = jobs_;
     lock.unlock();
+    fail_embeds(ApiError(503, "server_error", "unavailable", "the server is shutting down"));
     for (const auto& j : jobs) cancel(*j);
     lock.lock();
     cv_.wait_for(lock, std::chrono::seconds(1), [&] { return reserved_ == 0; });
+}
+
+std::vector<std::vector<float>> EngineLoop::embed(std::vector<std::vector<int32_t>> inputs, Pooling pooling) {
+    if (!pools_to_vector(pooling))
+        throw bad_request(std::string("pooling '") + pooling_name(pooling) + "' gives no single vector");
+    for (const std::vector<int32_t>& ids : inputs) {
+        if (ids.empty() || int64_t(ids.size()) > engine_.n_ctx())
+            throw bad_request("an input holds " + std::to_string(ids.size()) + " tokens; 1 to " +
+                              std::to_string(engine_.n_ctx()) + " are allowed");
+        for (const int32_t id : ids)
+            if (id < 0 || id >= engine_.model().hp.n_vocab)
+                throw bad_request("token id " + std::to_string(id) + " is out of range [0, " +
+                                  std::to_string(engine_.model().hp.n_vocab) + ")");
+    }
+    if (inputs.empty()) return {};
+    auto job = std::make_shared<EmbedJob>(EmbedJob{std::move(inputs), pooling, {}, false, std::nullopt});
+    std::unique_lock lock(mu_);
+    if (draining_) throw ApiError(503, "server_error", "unavailable", "the server is shutting down");
+    if (int64_t(embeds_.size()) >= opt_.max_queue) {
+        ++metrics_.requests_rejected;
+        throw ApiError(503, "server_error", "queue_full",
+                       "the server is busy (" + std::to_string(embeds_.size()) +
+                           " embedding requests waiting); retry later");
+    }
+    embeds_.push_back(job);
+    kicked_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return job->done; });
+    if (job->error) throw *job->error;
+    return std::move(job->vectors);
+}
+
+// Oldest first, input by input, while a sequence slot is free and the pool holds the input's blocks;
+// the rest waits for a running request to end. Runs on the scheduler thread.
+void EngineLoop::run_embeds() {
+    for (;;) {
+        std::shared_ptr<EmbedJob> job;
+        {
+            std::lock_guard lock(mu_);
+            if (embeds_.empty()) return;
+            job = embeds_.front();
+        }
+        const std::vector<int32_t>& ids = job->inputs[job->vectors.size()];
+        if (!engine_.can_embed(int64_t(ids.size()))) return;
+        std::vector<float> v = pool_rows(engine_.embed(ids), engine_.model().hp.n_embd, job->pooling);
+        l2_normalize(v);  // [n_embd]
+        job->vectors.push_back(std::move(v));
+        metrics_.prompt_tokens += int64_t(ids.size());
+        if (job->vectors.size() < job->inputs.size()) continue;
+        {
+            std::lock_guard lock(mu_);
+            job->done = true;
+            std::erase(embeds_, job);  // by identity: drain may have failed and dropped it already
+        }
+        cv_.notify_all();
+    }
+}
+
+void EngineLoop::fail_embeds(const ApiError& e) {
+    {
+        std::lock_guard lock(mu_);
+        for (const std::shared_ptr<EmbedJob>& job : embeds_) {
+            job->error = e;
+            job->done = true;
+        }
+        embeds_.clear();
+    }
+    cv_.notify_all();
 }
 
 }  // namespace minfer::server

@@ -2,16 +2,21 @@
 // HTTP threads submit jobs (one request's n choices) and wait on the job's state for streamed text; the
 // queue is bounded (choices running or waiting), a full one refuses with 503. A job of n > 1 choices
 // submits its first choice at once and the others once the first has its first token, so their prompt's
-// full KV blocks come from the prefix cache instead of being computed n times.
+// full KV blocks come from the prefix cache instead of being computed n times. Embeddings are a job kind
+// of their own: the thread runs them between steps, each input on a sequence slot of its own while one
+// is free and the pool holds its blocks (otherwise once a running request ends), and the HTTP thread
+// waits for the vectors.
 //
 //   EngineLoop loop(model, engine_params, tokenizer, metrics, {.max_queue = 64});
 //   std::shared_ptr<Job> job = loop.submit(prompt_ids, gen, 1);
 //   while (job->wait(last_version, 100ms)) { ... job->take_text(0) ... }   // until job->all_done()
 //   loop.cancel(*job);   // a client that went away: its blocks return to the pool within one step
+//   std::vector<std::vector<float>> v = loop.embed({ids_a, ids_b}, Pooling::Mean);  // blocks until done
 #pragma once
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +25,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
+#include "server/api_error.h"
 #include "server/metrics.h"
 
 namespace minfer::server {
@@ -71,11 +77,21 @@ class EngineLoop {
     // a second for them to end.
     void drain(std::chrono::milliseconds grace);
 
+    // One [n_embd] vector per input (token ids, 1..n_ctx() of them): the final norm's hidden states
+    // pooled with `pooling` (mean, cls or last) and L2-normalised. Blocks until all are done. Throws
+    // ApiError: 400 for an empty or too long input, an id out of range or a pooling that gives no vector,
+    // 503 when the queue is full or the server is shutting down, 500 when the engine failed.
+    std::vector<std::vector<float>> embed(std::vector<std::vector<int32_t>> inputs, Pooling pooling);
+
     int64_t n_ctx() const { return engine_.n_ctx(); }
     int max_seqs() const { return engine_.max_seqs(); }
+    const Model& model() const { return engine_.model(); }
 
   private:
+    struct EmbedJob;
     void run();
+    void run_embeds();
+    void fail_embeds(const ApiError& e);  // every queued embedding ends with e
     void publish_stats();
     void fail_all(const std::string& why);
     GenerationRequest request_for(const std::shared_ptr<Job>& job, size_t i,
@@ -93,8 +109,9 @@ class EngineLoop {
     std::mutex mu_;  // guards the members below
     std::condition_variable cv_;
     bool kicked_ = false, stop_ = false, draining_ = false;
-    int64_t reserved_ = 0;                    // choices submitted and not done (followers included)
-    std::vector<std::shared_ptr<Job>> jobs_;  // in flight
+    int64_t reserved_ = 0;                          // choices submitted and not done (followers included)
+    std::vector<std::shared_ptr<Job>> jobs_;        // in flight
+    std::deque<std::shared_ptr<EmbedJob>> embeds_;  // queued embeddings, oldest first
     std::thread thread_;
 };
 

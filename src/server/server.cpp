@@ -9,6 +9,7 @@
 #include "models/model.h"
 #include "server/api_error.h"
 #include "server/completions.h"
+#include "server/embeddings.h"
 #include "server/engine_loop.h"
 #include "server/http.h"
 #include "server/messages.h"
@@ -169,6 +170,10 @@ void Server::Impl::routes() {
         http.Post(path, guarded([this](const Request& req, Response& res) {
                       handle_responses({*loop, ready_prompt(), name}, req, res);
                   }));
+    http.Post("/v1/embeddings", guarded([this](const Request& req, Response& res) {
+                  const Tokenizer& t = ready_prompt().tokenizer();  // 503 until the model is loaded
+                  handle_embeddings({*loop, t, name, opt.pooling}, req, res);
+              }));
     http.Post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
     http.Post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
     http.Post("/apply-template",

@@ -1,5 +1,6 @@
 // minfer's OpenAI-compatible HTTP server (cpp-httplib): GET /health, /v1/models, /metrics; POST
-// /v1/chat/completions, /v1/completions (streaming or not), /tokenize, /detokenize, /apply-template.
+// /v1/chat/completions, /v1/completions (streaming or not), /v1/embeddings, /tokenize, /detokenize,
+// /apply-template.
 // It listens before the model is loaded (/health answers 503 until then), runs one scheduler thread
 // that owns the engine (EngineLoop), and renders every failure in OpenAI's error envelope: 400 for bad
 // input, 401 for a missing or wrong key, 404 for an unknown route, 413 for a body over the limit, 503
@@ -34,6 +35,8 @@ struct ServerOptions {
     std::chrono::milliseconds grace{5000};  // shutdown: how long in-flight requests may finish
     bool log = true;                        // one line per request on stderr
     int http_threads = 0;  // connections served at once (each stream holds one); 0: max_queue + 64
+    // How /v1/embeddings pools (--pooling); Unspecified: the model's <arch>.pooling_type, else mean.
+    Pooling pooling = Pooling::Unspecified;
     std::string chat_template;  // replaces the GGUF's tokenizer.chat_template; empty: the GGUF's
 };
 
