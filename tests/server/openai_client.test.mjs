@@ -1,6 +1,9 @@
 // The official `openai` npm client against `minfer serve`: chat and completions, streamed and not, usage
 // with include_usage, stop strings, n = 2, seeded sampling reproducible, max_tokens -> finish_reason
-// "length", and error statuses surfacing as the SDK's typed errors.
+// "length", embeddings (the SDK asks for base64 and decodes it), and error statuses surfacing as the SDK's
+// typed errors. Tools and structured output: chat with a named tool (whole and through the stream
+// iterator) and with a strict json_schema response_format; the Responses API (client.responses.create
+// whole and streamed, the SDK's responses.stream helper) with text and with a forced function tool.
 //   node openai_client.test.mjs MINFER_BINARY NODE_DIR
 // NODE_DIR holds node_modules/openai (scripts/setup.sh installs it into build/node). Exits 77 (ctest's
 // SKIP_RETURN_CODE) when the package is absent, 1 on the first failed check.
@@ -48,6 +51,27 @@ async function collect(stream) {
 }
 
 const greedy = { temperature: 0, ignore_eos: true };
+
+// A function whose arguments the grammar bounds (a short string, an enum), so a forced call ends soon.
+const weatherParams = {
+  type: "object", properties: { city: { type: "string", maxLength: 24 }, unit: { enum: ["celsius", "fahrenheit"] } },
+  required: ["city", "unit"], additionalProperties: false };
+const chatTool = { type: "function", function: { name: "get_weather", description: "Weather of a city",
+                                                  parameters: weatherParams } };
+const responsesTool = { type: "function", name: "get_weather", description: "Weather of a city",
+                        parameters: weatherParams, strict: true };
+
+function assertWeatherArguments(text) {
+  const args = JSON.parse(text);
+  assert.deepEqual(Object.keys(args).sort(), ["city", "unit"]);
+  assert.equal(typeof args.city, "string");
+  assert.ok(["celsius", "fahrenheit"].includes(args.unit), text);
+}
+
+// The message text of a Responses API response (what the SDK's output_text joins).
+function responseText(r) {
+  return r.output.filter((o) => o.type === "message").flatMap((o) => o.content).map((c) => c.text).join("");
+}
 const checks = {
   async models(client) {
     const list = await client.models.list();
@@ -128,6 +152,123 @@ const checks = {
     }
   },
 
+  async embeddings(client) {
+    const r = await client.embeddings.create({ model: "mini", input: ["Hello there", "Hello there", "other"] });
+    assert.equal(r.object, "list");
+    assert.deepEqual(r.data.map((d) => d.index), [0, 1, 2]);
+    const v = r.data.map((d) => Array.from(d.embedding));
+    assert.equal(v[0].length, 256);
+    assert.ok(Math.abs(Math.hypot(...v[0]) - 1) < 1e-5);
+    assert.deepEqual(v[0], v[1]);
+    assert.notDeepEqual(v[0], v[2]);
+    assert.ok(r.usage.prompt_tokens > 0 && r.usage.total_tokens === r.usage.prompt_tokens);
+    const floats = await client.embeddings.create({ model: "mini", input: "Hello there", encoding_format: "float" });
+    assert.deepEqual(floats.data[0].embedding, v[0]);
+    await assert.rejects(client.embeddings.create({ model: "mini", input: "" }),
+                         (e) => e instanceof OpenAI.BadRequestError && /'input'/.test(e.message));
+  },
+
+  async chatToolsNamed(client) {
+    const params = { model: "mini", messages: [{ role: "user", content: "Weather in Paris?" }], tools: [chatTool],
+                     tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 100,
+                     temperature: 0 };
+    const r = await client.chat.completions.create(params);
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    const call = r.choices[0].message.tool_calls[0];
+    assert.equal(call.type, "function");
+    assert.equal(call.function.name, "get_weather");
+    assertWeatherArguments(call.function.arguments);
+
+    const calls = [];
+    let finish = null;
+    for await (const chunk of await client.chat.completions.create({ ...params, stream: true })) {
+      const c = chunk.choices[0];
+      finish = c.finish_reason ?? finish;
+      for (const t of c.delta.tool_calls ?? []) {
+        calls[t.index] ??= { id: t.id, name: t.function.name, arguments: "" };
+        calls[t.index].arguments += t.function.arguments ?? "";
+      }
+    }
+    assert.equal(finish, "tool_calls");
+    assert.equal(calls.length, 1);
+    assert.match(calls[0].id, /^call_/);
+    assert.equal(calls[0].name, "get_weather");
+    assert.equal(calls[0].arguments, call.function.arguments);
+  },
+
+  async chatJsonSchema(client) {
+    const schema = { type: "object", properties: { name: { type: "string", maxLength: 16 },
+                                                   count: { type: "integer", minimum: 0, maximum: 999 } },
+                     required: ["name", "count"], additionalProperties: false };
+    const r = await client.chat.completions.create({
+      model: "mini", messages: [{ role: "user", content: "A city as JSON" }], max_tokens: 80, temperature: 0,
+      response_format: { type: "json_schema", json_schema: { name: "city", schema, strict: true } } });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    const v = JSON.parse(r.choices[0].message.content);
+    assert.deepEqual(Object.keys(v).sort(), ["count", "name"]);
+    assert.equal(typeof v.name, "string");
+    assert.ok(Number.isInteger(v.count) && v.count >= 0 && v.count <= 999, JSON.stringify(v));
+  },
+
+  async responses(client) {
+    const r = await client.responses.create({ model: "mini", instructions: "Be brief.", input: "Hello",
+                                              max_output_tokens: 8, temperature: 0 });
+    assert.equal(r.object, "response");
+    assert.match(r.id, /^resp_/);
+    assert.ok(["completed", "incomplete"].includes(r.status), r.status);
+    assert.equal(r.output[0].type, "message");
+    assert.equal(r.output[0].role, "assistant");
+    assert.equal(r.output[0].content[0].type, "output_text");
+    assert.equal(r.output_text, responseText(r));  // the SDK joins it
+    assert.ok(r.usage.output_tokens <= 8);
+    assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+    if (r.status === "incomplete") assert.equal(r.incomplete_details.reason, "max_output_tokens");
+  },
+
+  async responsesStream(client) {
+    const params = { model: "mini", input: [{ role: "user", content: "Tell me a story" }], max_output_tokens: 12,
+                     temperature: 0 };
+    const whole = await client.responses.create(params);
+    const types = new Set();
+    let text = "", last = null, seq = -1;
+    for await (const e of await client.responses.create({ ...params, stream: true })) {
+      types.add(e.type);
+      assert.ok(e.sequence_number > seq, `sequence_number ${e.sequence_number} after ${seq}`);
+      seq = e.sequence_number;
+      if (e.type === "response.output_text.delta") text += e.delta;
+      last = e;
+    }
+    for (const t of ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                     "response.content_part.done", "response.output_item.done"])
+      assert.ok(types.has(t), `no ${t} event`);
+    assert.equal(last.type, whole.status === "completed" ? "response.completed" : "response.incomplete");
+    assert.equal(text, responseText(last.response));
+    assert.equal(text, whole.output_text);
+  },
+
+  async responsesFunctionTool(client) {
+    const params = { model: "mini", input: "What is the weather in Paris?", tools: [responsesTool],
+                     tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 100, temperature: 0 };
+    const r = await client.responses.create(params);
+    assert.equal(r.status, "completed");
+    assert.equal(r.output.length, 1);
+    const call = r.output[0];
+    assert.equal(call.type, "function_call");
+    assert.equal(call.name, "get_weather");
+    assert.match(call.call_id, /^call_/);
+    assertWeatherArguments(call.arguments);
+
+    // The SDK's helper builds the response from the events; its snapshot must agree with ours.
+    const stream = client.responses.stream(params);
+    let args = "";
+    stream.on("response.function_call_arguments.delta", (e) => { args += e.delta; });
+    const final = await stream.finalResponse();
+    assert.equal(args, call.arguments);
+    assert.equal(final.output[0].type, "function_call");
+    assert.equal(final.output[0].arguments, call.arguments);
+  },
+
   async typedErrors(client, url) {
     await assert.rejects(client.chat.completions.create({ model: "mini", messages: [{ role: "wizard", content: "x" }] }),
                          (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /wizard/.test(e.message));
@@ -139,6 +280,8 @@ const checks = {
     await assert.rejects(wrongKey.completions.create({ model: "mini", prompt: "x" }),
                          (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
     await assert.rejects(client.get("/no/such/route"), (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+    await assert.rejects(client.responses.create({ model: "mini", input: "x", previous_response_id: "resp_1" }),
+                         (e) => e instanceof OpenAI.BadRequestError && /previous_response_id/.test(e.message));
   },
 };
 
