@@ -1,6 +1,7 @@
 // The quant traits table: scalar reference dequantizers, dot products (double accumulation) and
 // round-to-nearest quantizers for every type minfer computes with, and the run-time choice between them
-// and the AVX2 kernels of quants_avx2.cpp; the int8-activation kernels come from quants_q8*.cpp.
+// and the AVX2 kernels of quants_avx2.cpp; the int8-activation kernels come from quants_q8*.cpp, the
+// low-bit formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) from quants_lowbit*.cpp.
 #include "quant/quants.h"
 
 #include <cpuid.h>
@@ -13,12 +14,15 @@
 #include <utility>
 
 #include "quant/quants_impl.h"
+#include "quant/quants_lowbit.h"
+#include "quant/quants_ref.h"
 #include "util/env.h"
 #include "util/fp16.h"
 
 namespace minfer {
 namespace {
 
+using quants::abs_max;
 using quants::BlockQ4_0;
 using quants::BlockQ4_1;
 using quants::BlockQ4K;
@@ -27,9 +31,13 @@ using quants::BlockQ5_1;
 using quants::BlockQ5K;
 using quants::BlockQ6K;
 using quants::BlockQ8_0;
+using quants::dot_ref;
+using quants::fp16_ceil;
 using quants::k_scale_min;
 using quants::kQK0;
 using quants::kQKK;
+using quants::level;
+using quants::to_float_ref;
 
 // ---- Dequantization of one block ----
 
@@ -117,45 +125,15 @@ void deq_q6_k(const BlockQ6K& b, float* y) {
     for (int e = 0; e < kQKK; ++e) y[e] = d * float(b.scales[e / 16]) * float(q6_k_level(b, e));
 }
 
-template <class Block, int QK, void (*Deq)(const Block&, float*)>
-void to_float_ref(const void* src, float* dst, int64_t n) {
-    const auto* b = static_cast<const Block*>(src);
-    for (int64_t i = 0; i < n / QK; ++i) Deq(b[i], dst + i * QK);
-}
-
-template <class Block, int QK, void (*Deq)(const Block&, float*)>
-float dot_ref(const void* src, const float* x, int64_t n) {
-    const auto* b = static_cast<const Block*>(src);
-    float w[QK];
-    double acc = 0.0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        Deq(b[i], w);
-        for (int l = 0; l < QK; ++l) acc += double(w[l]) * double(x[i * QK + l]);
-    }
-    return float(acc);
-}
-
 // ---- Quantization ----
 // Every scale is rounded *up* to the next fp16 / integer step, so that no input falls outside its
 // block's grid: the error of each element is then at most half a step of its (sub-)block.
-
-uint16_t fp16_ceil(float v) {  // smallest fp16 >= v, for finite v >= 0 within fp16 range
-    uint16_t h = f32_to_fp16(v);
-    if (fp16_to_f32(h) < v) ++h;
-    return h;
-}
 
 uint16_t fp16_floor(float v) {  // largest fp16 <= v, for finite v within fp16 range
     if (v < 0.0f) return uint16_t(fp16_ceil(-v) | 0x8000);
     uint16_t h = f32_to_fp16(v);
     if (fp16_to_f32(h) > v) --h;
     return h;
-}
-
-float abs_max(const float* x, int n) {
-    float a = 0.0f;
-    for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
-    return a;
 }
 
 void quant_f32(const float* x, void* dst, int64_t n) {
@@ -170,12 +148,6 @@ void quant_f16(const float* x, void* dst, int64_t n) {
 void quant_bf16(const float* x, void* dst, int64_t n) {
     auto* h = static_cast<uint16_t*>(dst);
     for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(x[i]);
-}
-
-// Nearest integer of x / d clamped to [lo, hi]; 0 when the step is 0 (all-zero block).
-int level(float x, float d, int lo, int hi) {
-    if (d == 0.0f) return 0;
-    return std::clamp(int(std::nearbyint(x / d)), lo, hi);
 }
 
 void quant_q8_0(const float* x, void* dst, int64_t n) {
@@ -448,6 +420,9 @@ Q8Fns q8fns(VecDotType type, VecDotFn ref, VecDotFn simd, const X2Fns& x2) {
             wide ? x2.cols_avx512 : x2.cols_avx2};
 }
 
+// build_table's eleven types, then the low-bit formats of quants_lowbit.cpp.
+using Table = std::array<QuantTraits, 11 + quants::kLowbitCount>;
+
 using LevelsFn = void (*)(const void*, int8_t*, float*, float*, int64_t);
 
 struct Levels {
@@ -457,7 +432,7 @@ struct Levels {
     bool min;
 };
 
-void set_levels(std::array<QuantTraits, 11>& t, bool simd) {
+void set_levels(Table& t, bool simd) {
     namespace v = quants::avx2;
     const Levels levels[] = {
         {GgmlType::Q8_0, to_levels<BlockQ8_0, kQK0, 32, lev_block32_sym<BlockQ8_0, 0>>, v::levels_q8_0, 32,
@@ -480,11 +455,11 @@ void set_levels(std::array<QuantTraits, 11>& t, bool simd) {
             }
 }
 
-std::array<QuantTraits, 11> build_table() {
+Table build_table() {
     namespace v = quants::avx2;
     namespace r = quants::ref;
     const bool s = quants_use_avx2();
-    std::array<QuantTraits, 11> t = {
+    Table t = {
         entry<float, 1, deq_f32>(GgmlType::F32, "F32", quant_f32, v::to_float_f32, v::dot_f32, s),
         entry<uint16_t, 1, deq_f16>(GgmlType::F16, "F16", quant_f16, v::to_float_f16, v::dot_f16, s),
         entry<uint16_t, 1, deq_bf16>(GgmlType::BF16, "BF16", quant_bf16, v::to_float_bf16, v::dot_bf16, s),
@@ -541,6 +516,7 @@ std::array<QuantTraits, 11> build_table() {
         for (QuantTraits& e : t)
             if (e.type == type) e = with_q8(e, fns, s);
     set_levels(t, s);
+    quants::lowbit_traits(t.data() + t.size() - quants::kLowbitCount, s);
     return t;
 }
 
@@ -565,7 +541,7 @@ bool quants_use_avx512() {
 }
 
 const QuantTraits* quant_traits(GgmlType t) {
-    static const std::array<QuantTraits, 11> table = build_table();
+    static const Table table = build_table();
     for (const QuantTraits& q : table)
         if (q.type == t) return &q;
     return nullptr;

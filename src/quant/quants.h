@@ -41,8 +41,9 @@ struct QuantTraits {
     void (*quantize_act_ref)(const float* x, void* xq, int64_t n);
     float (*vec_dot_q8_ref)(const void* blocks, const void* xq, int64_t n);
 
-    // int8x2 activations, for the same types as the int8 path (nullptr otherwise): quantize_x2 turns n
-    // floats into act_x2_row_bytes(n) bytes of two-level blocks, x ~ d * (254 * hi + lo) per 32 elements
+    // int8x2 activations, for the types with an int8 path but the low-bit ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS,
+    // MXFP4: nullptr, as for the float types): quantize_x2 turns n floats into act_x2_row_bytes(n) bytes
+    // of two-level blocks, x ~ d * (254 * hi + lo) per 32 elements
     // (quants_impl.h); vec_dot_x2 is sum_i w[i] * x[i] with x given that way: two integer dots per block
     // (hi and lo, the weight levels unpacked once) merged exactly as 254 * hi-sum + lo-sum, minimum terms
     // times the block sum of the represented x. Activation error <= max |x| / 64516 per block of 32,

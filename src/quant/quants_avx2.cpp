@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "quant/quants_avx2_util.h"
 #include "quant/quants_impl.h"
 #include "util/simd_avx2.h"
 
@@ -27,29 +28,6 @@ inline __m256i u8x8(const uint8_t* p) {  // 8 bytes zero-extended to 32-bit lane
 inline __m256i i8x8(const int8_t* p) {  // 8 bytes sign-extended to 32-bit lanes
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-
-inline __m256 to_ps(__m256i v) {
-    return _mm256_cvtepi32_ps(v);
-}
-
-// Four accumulators; the 8-wide piece at element offset e of a block goes to lane (e / 8) % 4, so pieces
-// emitted one after another feed independent FMA chains.
-struct DotSink {
-    const float* x;
-    __m256 acc[4];
-    void operator()(int e, __m256 w) {
-        const int k = (e >> 3) & 3;
-        acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + e), acc[k]);
-    }
-    float sum() const {
-        return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    }
-};
-
-struct StoreSink {
-    float* y;
-    void operator()(int e, __m256 w) { _mm256_storeu_ps(y + e, w); }
-};
 
 // ---- F32 / F16 / BF16: one element per "block" ----
 
@@ -264,8 +242,7 @@ float block32_min_dot(const void* w, const float* x, int64_t n) {
     return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
-// ---- K-quants: a walker dequantizes a 256-element super-block 8 elements at a time and hands each
-// piece to a sink (StoreSink for to_float, DotSink for dot) ----
+// ---- K-quants: walkers of a 256-element super-block (walk_to_float / walk_dot, quants_avx2_util.h) ----
 
 // d * sc_j and -(dmin * m_j) for all eight sub-blocks of a Q4_K/Q5_K super-block: k_scale_min done on
 // four sub-blocks at once in 32-bit words. Bytes 0..3 (4..7) hold the scales (mins) of sub-blocks 0..3 in
@@ -281,15 +258,6 @@ inline void k_scales_mins(const uint8_t* s, float d, float dmin, float* scale, f
     const __m256 mnv = to_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))));
     _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(d), scv));
     _mm256_storeu_ps(neg_min, _mm256_mul_ps(_mm256_set1_ps(-dmin), mnv));
-}
-
-// The 32 signed bytes of v as four 8-wide vectors of 32-bit integers.
-inline void widen_signed(__m256i v, __m256i out[4]) {
-    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-    out[0] = _mm256_cvtepi8_epi32(lo);
-    out[1] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo));
-    out[2] = _mm256_cvtepi8_epi32(hi);
-    out[3] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi));
 }
 
 // Q4_K / Q5_K: value = fma(d * sc_j, q, -(dmin * m_j)) as in the scalar reference. Levels 0..15 (0..31):
@@ -350,24 +318,6 @@ inline void walk_q6_k(const BlockQ6K& b, Sink& sink) {
     }
 }
 
-template <class Block, void (*Walk)(const Block&, StoreSink&)>
-void k_to_float(const void* w, float* dst, int64_t n) {
-    const auto* b = static_cast<const Block*>(w);
-    StoreSink sink{dst};
-    for (int64_t i = 0; i < n / kQKK; ++i, sink.y += kQKK) Walk(b[i], sink);
-}
-
-template <class Block, void (*Walk)(const Block&, DotSink&)>
-float k_dot(const void* w, const float* x, int64_t n) {
-    const auto* b = static_cast<const Block*>(w);
-    DotSink sink{x, {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
-    for (int64_t i = 0; i < n / kQKK; ++i, sink.x += kQKK) {
-        prefetch_ahead<sizeof(Block)>(b + i);
-        Walk(b[i], sink);
-    }
-    return sink.sum();
-}
-
 }  // namespace
 
 void to_float_f32(const void* w, float* dst, int64_t n) {
@@ -395,13 +345,13 @@ void to_float_q5_1(const void* w, float* dst, int64_t n) {
     block32_min_to_float<Q5_1Dec>(w, dst, n);
 }
 void to_float_q4_k(const void* w, float* dst, int64_t n) {
-    k_to_float<BlockQ4K, walk_k_type1<BlockQ4K, StoreSink>>(w, dst, n);
+    walk_to_float<BlockQ4K, kQKK, walk_k_type1<BlockQ4K, StoreSink>>(w, dst, n);
 }
 void to_float_q5_k(const void* w, float* dst, int64_t n) {
-    k_to_float<BlockQ5K, walk_k_type1<BlockQ5K, StoreSink>>(w, dst, n);
+    walk_to_float<BlockQ5K, kQKK, walk_k_type1<BlockQ5K, StoreSink>>(w, dst, n);
 }
 void to_float_q6_k(const void* w, float* dst, int64_t n) {
-    k_to_float<BlockQ6K, walk_q6_k<StoreSink>>(w, dst, n);
+    walk_to_float<BlockQ6K, kQKK, walk_q6_k<StoreSink>>(w, dst, n);
 }
 
 float dot_f32(const void* w, const float* x, int64_t n) {
@@ -429,13 +379,13 @@ float dot_q5_1(const void* w, const float* x, int64_t n) {
     return block32_min_dot<Q5_1Dec>(w, x, n);
 }
 float dot_q4_k(const void* w, const float* x, int64_t n) {
-    return k_dot<BlockQ4K, walk_k_type1<BlockQ4K, DotSink>>(w, x, n);
+    return walk_dot<BlockQ4K, kQKK, walk_k_type1<BlockQ4K, DotSink>>(w, x, n);
 }
 float dot_q5_k(const void* w, const float* x, int64_t n) {
-    return k_dot<BlockQ5K, walk_k_type1<BlockQ5K, DotSink>>(w, x, n);
+    return walk_dot<BlockQ5K, kQKK, walk_k_type1<BlockQ5K, DotSink>>(w, x, n);
 }
 float dot_q6_k(const void* w, const float* x, int64_t n) {
-    return k_dot<BlockQ6K, walk_q6_k<DotSink>>(w, x, n);
+    return walk_dot<BlockQ6K, kQKK, walk_q6_k<DotSink>>(w, x, n);
 }
 
 }  // namespace minfer::quants::avx2

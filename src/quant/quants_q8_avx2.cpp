@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "quant/quants.h"
+#include "quant/quants_avx2_util.h"
 #include "quant/quants_cols.h"
 #include "quant/quants_impl.h"
 #include "util/simd_avx2.h"
@@ -30,38 +31,11 @@ using simd::k_scales_mins;
 using simd::prefetch_ahead;
 using simd::q6_k_groups;
 
-inline float fma1(float a, float b, float c) {  // a * b + c, rounded once
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
-inline int hsum_i32(__m128i s) {
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-inline int hsum_i32(__m256i v) {
-    return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
-
 inline float hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-inline __m256i load32(const void* p) {
-    return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// Products of 32 unsigned bytes w and signed bytes x, summed in groups of four into 8 int32 lanes.
-inline __m256i dot_u8i8(__m256i w, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-
-inline __m256i dot_i8i8(__m256i w, __m256i x) {
-    return dot_u8i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
 // ---- Activation quantizers: d = max |x| / 127, q = round-half-even(x * (1 / d)) as the reference ----

@@ -18,15 +18,22 @@ using quants::BlockQ8K;
 
 inline constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
-inline const GgmlType kInt8Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                      GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+// The types with int8 dots, and among them those with int8x2 dots (all but the low-bit formats).
+inline const GgmlType kInt8Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
+                                      GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
+                                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                      GgmlType::MXFP4};
+inline const GgmlType kX2Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                    GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 inline std::string type_name(const ::testing::TestParamInfo<GgmlType>& info) {
     return traits(info.param).name;
 }
 
+// The types with Q8_K activations (256-element super-blocks).
 inline bool k_quant(GgmlType t) {
-    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q2_K ||
+           t == GgmlType::Q3_K || t == GgmlType::IQ4_XS;
 }
 
 // Gaussian activations with some blocks of other shapes: zero, constant, tiny, huge, one outlier, and
@@ -61,8 +68,9 @@ inline void dequantize_act(const QuantTraits& q, const uint8_t* xq, int64_t n, f
 }
 
 // mu[i]: the minimum term of element i's weight (value = d * q + mu with unsigned q; Q4_0 / Q5_0 are
-// d * q - 8 d / - 16 d); 0 for Q8_0 and Q6_K. The kernels sum the d * q and mu terms separately, so
-// |w - mu| + |mu| bounds what their roundings see.
+// d * q - 8 d / - 16 d, Q2_K d * sc * q - dmin * m); 0 for Q8_0, Q6_K and the signed-level low-bit
+// formats (their dots multiply signed levels, or subtract Q3_K's offset in integers). The kernels sum the d *
+// q and mu terms separately, so |w - mu| + |mu| bounds what their roundings see.
 inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* row, int64_t n) {
     std::vector<float> mu(size_t(n), 0.0f);
     for (int64_t i = 0; i < n; ++i) {
@@ -77,6 +85,9 @@ inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* r
             int sc, m;
             quants::k_scale_min(b.scales, int(i % 256) / 32, &sc, &m);
             mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(m);
+        } else if (q.type == GgmlType::Q2_K) {
+            const auto& b = *reinterpret_cast<const quants::BlockQ2K*>(blk);
+            mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(b.scales[i % 256 / 16] >> 4);
         }
     }
     return mu;

@@ -11,13 +11,15 @@
 
 #include "quant/quants.h"
 #include "quant/quants_impl.h"
+#include "quant/quants_lowbit.h"
 #include "util/fp16.h"
 
 namespace minfer::test {
 
-inline const GgmlType kAllQuantTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-                                          GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                                          GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+inline const GgmlType kAllQuantTypes[] = {
+    GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
+    GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q4_K,   GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+    GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
 
 inline const QuantTraits& traits(GgmlType t) {
     const QuantTraits* q = quant_traits(t);
@@ -80,6 +82,20 @@ inline std::vector<uint8_t> random_row(std::mt19937& rng, GgmlType t, int64_t n)
                 break;
             case GgmlType::Q6_K:
                 set_scale(blk + offsetof(quants::BlockQ6K, d), random_scale(rng));
+                break;
+            case GgmlType::Q2_K:
+                set_scale(blk + offsetof(quants::BlockQ2K, d), random_scale(rng));
+                set_scale(blk + offsetof(quants::BlockQ2K, dmin), random_scale(rng));
+                break;
+            case GgmlType::Q3_K:
+                set_scale(blk + offsetof(quants::BlockQ3K, d), random_scale(rng));
+                break;
+            case GgmlType::IQ4_NL:
+            case GgmlType::IQ4_XS:
+                set_scale(blk, random_scale(rng));
+                break;
+            case GgmlType::MXFP4:  // exponent 2^-13 .. 2^6 (e = 255 would overflow the larger levels)
+                blk[0] = uint8_t(115 + rng() % 20);
                 break;
             default:
                 break;

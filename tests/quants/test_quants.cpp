@@ -43,12 +43,14 @@ TEST(QuantTraits, LayoutsMatchGgml) {
         int block;
         size_t bytes;
     };
-    const Want want[] = {{GgmlType::F32, "F32", 1, 4},       {GgmlType::F16, "F16", 1, 2},
-                         {GgmlType::BF16, "BF16", 1, 2},     {GgmlType::Q8_0, "Q8_0", 32, 34},
-                         {GgmlType::Q4_0, "Q4_0", 32, 18},   {GgmlType::Q4_1, "Q4_1", 32, 20},
-                         {GgmlType::Q5_0, "Q5_0", 32, 22},   {GgmlType::Q5_1, "Q5_1", 32, 24},
-                         {GgmlType::Q4_K, "Q4_K", 256, 144}, {GgmlType::Q5_K, "Q5_K", 256, 176},
-                         {GgmlType::Q6_K, "Q6_K", 256, 210}};
+    const Want want[] = {{GgmlType::F32, "F32", 1, 4},           {GgmlType::F16, "F16", 1, 2},
+                         {GgmlType::BF16, "BF16", 1, 2},         {GgmlType::Q8_0, "Q8_0", 32, 34},
+                         {GgmlType::Q4_0, "Q4_0", 32, 18},       {GgmlType::Q4_1, "Q4_1", 32, 20},
+                         {GgmlType::Q5_0, "Q5_0", 32, 22},       {GgmlType::Q5_1, "Q5_1", 32, 24},
+                         {GgmlType::Q4_K, "Q4_K", 256, 144},     {GgmlType::Q5_K, "Q5_K", 256, 176},
+                         {GgmlType::Q6_K, "Q6_K", 256, 210},     {GgmlType::Q2_K, "Q2_K", 256, 84},
+                         {GgmlType::Q3_K, "Q3_K", 256, 110},     {GgmlType::IQ4_NL, "IQ4_NL", 32, 18},
+                         {GgmlType::IQ4_XS, "IQ4_XS", 256, 136}, {GgmlType::MXFP4, "MXFP4", 32, 17}};
     for (const Want& w : want) {
         const QuantTraits* q = quant_traits(w.t);
         ASSERT_NE(q, nullptr) << w.name;
@@ -59,7 +61,8 @@ TEST(QuantTraits, LayoutsMatchGgml) {
         EXPECT_EQ(quant_row_bytes(*q, 3 * w.block), 3 * w.bytes) << w.name;
     }
     EXPECT_EQ(quant_traits(GgmlType::Q8_1), nullptr);
-    EXPECT_EQ(quant_traits(GgmlType::IQ4_XS), nullptr);
+    EXPECT_EQ(quant_traits(GgmlType::IQ2_XXS), nullptr);
+    EXPECT_EQ(quant_traits(GgmlType::TQ1_0), nullptr);
     EXPECT_EQ(offsetof(BlockQ4_1, qs), 4u);
     EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
     EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
@@ -195,10 +198,11 @@ TEST(QuantTraits, SimdHalfConversionsCoverEveryPattern) {
 // Rounding budget of the SIMD dot: both versions multiply the same (bit-identical) dequantized weights by
 // x; the reference sums in double (error ~n * 2^-53, negligible) and rounds once to float. The SIMD sum
 // passes each product through at most n/32 + 12 f32 roundings (8 lanes x 4 accumulators in the dense,
-// K-quant and Q4_1/Q5_1 kernels, 2 accumulators of whole 32-element blocks in Q8_0/Q4_0/Q5_0, plus
-// in-block partial sums, the final horizontal reduction and a <= 7 element scalar tail), so by the
-// standard bound for recursive summation |simd - ref| <= (n/32 + 13) * 2^-24 * sum |w_i x_i|. A dropped or
-// misplaced 8-element piece changes the result by ~8/n of that sum, far above the budget.
+// K-quant, low-bit (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) and Q4_1/Q5_1 kernels, 2 accumulators of whole
+// 32-element blocks in Q8_0/Q4_0/Q5_0, plus in-block partial sums, the final horizontal reduction and a <= 7
+// element scalar tail), so by the standard bound for recursive summation |simd - ref| <= (n/32 + 13) * 2^-24
+// * sum |w_i x_i|. A dropped or misplaced 8-element piece changes the result by ~8/n of that sum, far above
+// the budget.
 TEST_P(QuantType, SimdDotMatchesReferenceWithinRoundingBudget) {
     const QuantTraits& q = traits(GetParam());
     std::mt19937 rng(99);
@@ -219,6 +223,42 @@ TEST_P(QuantType, SimdDotMatchesReferenceWithinRoundingBudget) {
             EXPECT_NEAR(ref, exact, std::ldexp(1.0, -23) * abs_sum + 1e-30) << q.name << " n=" << n;
             EXPECT_NEAR(simd, ref, budget + 1e-30) << q.name << " n=" << n << " trial " << trial;
         }
+    }
+}
+
+// step_bound of the low-bit formats (grids in quants_lowbit.cpp). Q2_K: half a step of the sub-block, as
+// Q4_K. Q3_K: as Q4_0, an opposite-signed value beyond 3.5 steps clamps to level 3. IQ4_NL / IQ4_XS: half
+// the widest gap of the grid (24 between 89 and 113, and between -127 and -104 it is 23) is 12 steps; an
+// opposite-signed value beyond 113 steps clamps to 113 (at most 127 - 113 = 14). MXFP4: the grid reaches
+// max |x| (no clamping); half the gap is 0.5 / 1 / 2 steps up to 4 / 8 / 12 steps.
+float lowbit_step_bound(const QuantTraits& q, const uint8_t* blk, int e, float x) {
+    const float slack = std::ldexp(std::fabs(x), -22);
+    switch (q.type) {
+        case GgmlType::Q2_K: {
+            const auto& b = *reinterpret_cast<const quants::BlockQ2K*>(blk);
+            const float d1 = fp16_to_f32(b.d) * float(b.scales[e / 16] & 0xF);
+            const float m1 = fp16_to_f32(b.dmin) * float(b.scales[e / 16] >> 4);
+            return 0.5f * d1 + std::ldexp(std::fabs(x) + m1, -22);
+        }
+        case GgmlType::Q3_K: {
+            const auto& b = *reinterpret_cast<const quants::BlockQ3K*>(blk);
+            const float s = std::fabs(fp16_to_f32(b.d) * float(quants::q3_k_scale(b.scales, e / 16) - 32));
+            return (std::fabs(x) <= 3.5f * s ? 0.5f * s : s) + slack;
+        }
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS: {
+            float s = std::fabs(fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk)));
+            if (q.type == GgmlType::IQ4_XS)
+                s *= std::fabs(float(
+                    quants::iq4_xs_scale(*reinterpret_cast<const quants::BlockIQ4XS*>(blk), e / 32) - 32));
+            return s * std::max(12.0f, std::fabs(x) / s - 113.0f) + slack;
+        }
+        case GgmlType::MXFP4: {
+            const float s = quants::mxfp4_scale(blk[0]), v = std::fabs(x) / s;
+            return (v <= 4.0f ? 0.5f : v <= 8.0f ? 1.0f : 2.0f) * s + slack;
+        }
+        default:
+            return 0.0f;
     }
 }
 
@@ -264,7 +304,7 @@ float step_bound(const QuantTraits& q, const uint8_t* blk, int e, float x) {
             return 0.5f * std::fabs(fp16_to_f32(b.d) * float(b.scales[e / 16])) + slack;
         }
         default:
-            return 0.0f;
+            return lowbit_step_bound(q, blk, e, x);
     }
 }
 
@@ -298,8 +338,11 @@ TEST_P(QuantType, QuantizeErrorWithinHalfStepOfEachElement) {
 // block types the step is the block's range over its level count (block max of 32 Gaussians ~2.1 sigma,
 // of 16 ~1.8 sigma, scales rounded up), giving about Q8_0 0.5%, Q6_K 2%, Q5_K/Q5_1 4%, Q5_0 4%,
 // Q4_K/Q4_1 8%, Q4_0 8% (the clamped extreme level adds a little). Measured with this seed: 2.1e-4,
-// 1.7e-3, 0.54%, 2.0%, 3.9%/3.8%, 4.3%, 8.0%/7.9%, 8.6%; the limits sit 15-50% above, and a broken
-// quantizer lands near 100%.
+// 1.7e-3, 0.54%, 2.0%, 3.9%/3.8%, 4.3%, 8.0%/7.9%, 8.6%. Round to nearest on the low-bit grids (no
+// search, unlike ggml's quantizers): Q2_K 4 levels over a 16-element range of ~3.5 sigma, ~34%; Q3_K 8
+// levels over +-1.8 sigma, ~13% (plus clamping); IQ4_NL / IQ4_XS 16 levels, ~8%; MXFP4 a power-of-two
+// scale, up to 2x coarser than needed, ~11%. Measured: 35.8%, 15.7%, 8.0%, 8.1%, 11.5%. The limits sit
+// 15-50% above, and a broken quantizer lands near 100%.
 double gaussian_rmse_limit(GgmlType t) {
     switch (t) {
         case GgmlType::F16:
@@ -320,6 +363,15 @@ double gaussian_rmse_limit(GgmlType t) {
             return 0.10;
         case GgmlType::Q4_0:
             return 0.10;
+        case GgmlType::Q2_K:
+            return 0.42;
+        case GgmlType::Q3_K:
+            return 0.19;
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+            return 0.10;
+        case GgmlType::MXFP4:
+            return 0.14;
         default:
             return 0.0;  // F32 is exact
     }

@@ -39,10 +39,11 @@ double x2_residual(const std::vector<uint8_t>& xq, const std::vector<float>& x, 
 TEST(Int8x2Act, TableEntries) {
     for (GgmlType t : kAllQuantTypes) {
         const QuantTraits& q = traits(t);
-        const bool int8 = std::find(std::begin(kInt8Types), std::end(kInt8Types), t) != std::end(kInt8Types);
-        EXPECT_EQ(q.vec_dot_x2 != nullptr, int8) << q.name;
-        EXPECT_EQ(q.quantize_x2 != nullptr, int8) << q.name;
-        if (!int8) continue;
+        const bool x2 = std::find(std::begin(kX2Types), std::end(kX2Types), t) != std::end(kX2Types);
+        EXPECT_EQ(q.vec_dot_x2 != nullptr, x2) << q.name;
+        EXPECT_EQ(q.quantize_x2 != nullptr, x2) << q.name;
+        EXPECT_EQ(q.vec_dot_x2_cols != nullptr, x2) << q.name;
+        if (!x2) continue;
         EXPECT_EQ(q.vec_dot_x2 != q.vec_dot_x2_ref, quants_use_avx2()) << q.name;
         EXPECT_EQ(q.quantize_x2 != q.quantize_x2_ref, quants_use_avx2()) << q.name;
     }
@@ -200,7 +201,7 @@ TEST_P(Int8x2Type, VecDotWithinRepresentationOfF32Dot) {
     RecordProperty("int8_over_int8x2_error", std::to_string(total_int8 / total_x2));
 }
 
-INSTANTIATE_TEST_SUITE_P(Int8x2Types, Int8x2Type, ::testing::ValuesIn(kInt8Types), type_name);
+INSTANTIATE_TEST_SUITE_P(Int8x2Types, Int8x2Type, ::testing::ValuesIn(kX2Types), type_name);
 
 }  // namespace
 }  // namespace minfer::test

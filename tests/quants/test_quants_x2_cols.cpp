@@ -94,7 +94,7 @@ TEST_P(X2ColsType, EachColumnMatchesOneColumnDotBitForBit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Int8Types, X2ColsType, ::testing::ValuesIn(kInt8Types), type_name);
+INSTANTIATE_TEST_SUITE_P(Int8Types, X2ColsType, ::testing::ValuesIn(kX2Types), type_name);
 
 }  // namespace
 }  // namespace minfer::test
