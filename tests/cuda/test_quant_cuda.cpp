@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/quant_cuda.h"
+#include "backend/cuda/quant_mma.h"
 #include "cuda/cuda_test_util.h"
 #include "cuda/quant_ref_util.h"
 #include "quants/quant_test_util.h"
@@ -596,8 +597,45 @@ TEST(CudaPaddedQ6K, FitsAndRefusals) {
 
 TEST(CudaQuantApi, SupportedTypes) {
     for (GgmlType t : kAllQuantTypes) EXPECT_TRUE(cuda::quant_supported(t)) << traits(t).name;
-    for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::I32})
+    for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::IQ2_XXS, GgmlType::I32})
         EXPECT_FALSE(cuda::quant_supported(t)) << ggml_type_name(t);
+}
+
+const GgmlType kLowbitTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                 GgmlType::MXFP4};
+
+// The low-bit types take the block-layout kernels alone: no tiled, padded, int8-x or tensor-core path.
+TEST(CudaQuantApi, LowbitTypesTakeTheBlockLayoutOnly) {
+    for (GgmlType t : kLowbitTypes) {
+        const char* name = ggml_type_name(t);
+        EXPECT_FALSE(cuda::tiles_fit(t, 4096, 4096)) << name;
+        EXPECT_FALSE(cuda::pads_fit(t)) << name;
+        EXPECT_FALSE(cuda::dp4a_fits(t, 4096)) << name;
+        EXPECT_FALSE(cuda::mma_fits({t, nullptr, 4096, 4096})) << name;
+        EXPECT_THROW(cuda::padded_row_bytes(t, 4096), Error) << name;
+    }
+    MINFER_SKIP_WITHOUT_GPU();
+    DeviceBuffer<float> buf(8192);
+    for (GgmlType t : kLowbitTypes) {
+        const QMatrix blocks{t, buf.get(), 256, 16};
+        const QMatrix int8{t, buf.get(), 256, 16, false, false, cuda::XQuant::kInt8};
+        EXPECT_THROW(cuda::matvec(int8, buf.get(), 1, buf.get(), nullptr, nullptr, nullptr), Error);
+        EXPECT_THROW(cuda::tile_matrix(blocks, buf.get(), nullptr), Error);
+        EXPECT_THROW(cuda::pad_matrix(blocks, buf.get(), nullptr), Error);
+    }
+}
+
+// MXFP4 with every exponent byte, beyond random_row's sane 115..134: subnormal scales (e < 2), and values
+// that overflow half (dequant_f16 gives inf) or f32 (e >= 253 with the larger levels: inf, as ggml).
+TEST(CudaQuantApi, Mxfp4EveryExponentBitExact) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(39);
+    const int64_t n_in = 256 * 32, n_out = 3;  // 768 blocks: every exponent three times
+    HostMatrix w = random_matrix(GgmlType::MXFP4, n_out, n_in, rng);
+    for (size_t b = 0; b < w.bytes.size() / sizeof(quants::BlockMXFP4); ++b)
+        w.bytes[b * sizeof(quants::BlockMXFP4)] = uint8_t(b % 256);
+    traits(GgmlType::MXFP4).to_float_ref(w.bytes.data(), w.values.data(), n_out * n_in);
+    check_dequant(w, Layout::kBlocks);
 }
 
 // Bad arguments are refused on the host before anything is launched.
@@ -610,7 +648,7 @@ TEST(CudaQuantApi, RejectsBadArguments) {
     EXPECT_THROW(
         cuda::matvec({GgmlType::Q4_K, buf.get(), 300, 2}, buf.get(), 1, buf.get(), nullptr, nullptr, nullptr),
         Error);
-    EXPECT_THROW(cuda::dequant_f32({GgmlType::Q2_K, buf.get(), 256, 2}, buf.get(), nullptr), Error);
+    EXPECT_THROW(cuda::dequant_f32({GgmlType::IQ2_XXS, buf.get(), 256, 2}, buf.get(), nullptr), Error);
     EXPECT_THROW(
         cuda::matvec_swiglu(q4k, {GgmlType::Q6_K, buf.get(), 512, 2}, buf.get(), 1, buf.get(), nullptr),
         Error);

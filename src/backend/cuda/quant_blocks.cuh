@@ -9,8 +9,10 @@
 // dequantization is bit-exact. Quantized decoders also expose their integer levels for the matvec: group g
 // as four unsigned bytes (levels), and the affine map value = a * level + b shared by the kGroups / kRuns
 // consecutive groups of each run (affine), so a dot product needs one multiply-add per weight. Loads respect
-// each layout's alignment: blocks of 34, 18, 22 and 210 bytes are only 2-byte aligned and are read 16 bits at
-// a time; the rest assume a 16-byte aligned matrix.
+// each layout's alignment: blocks of 34, 18, 22, 110 and 210 bytes are only 2-byte aligned and are read 16
+// bits at a time or as aligned words joined by funnel shifts, MXFP4's 17 bytes likewise from any byte; the
+// rest assume a 16-byte aligned matrix. The low-bit formats' decoders (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4)
+// are in quant_blocks_lowbit.cuh, included below.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -335,6 +337,12 @@ struct DecQ6KT {
     }
 };
 
+}  // namespace minfer::cuda::qblocks
+
+#include "backend/cuda/quant_blocks_lowbit.cuh"  // uses the helpers above
+
+namespace minfer::cuda::qblocks {
+
 template <class D>
 constexpr bool kIsQ6K = std::is_same_v<D, DecQ6KT<false>> || std::is_same_v<D, DecQ6KT<true>>;
 
@@ -368,6 +376,16 @@ void with_decoder(GgmlType t, int64_t n_in, bool padded, F&& f) {
             return f(DecK1<GgmlType::Q5_K>{});
         case GgmlType::Q6_K:
             return padded ? f(DecQ6KT<true>{}) : f(DecQ6KT<false>{});
+        case GgmlType::Q2_K:
+            return f(DecQ2K{});
+        case GgmlType::Q3_K:
+            return f(DecQ3K{});
+        case GgmlType::IQ4_NL:
+            return f(DecNL32<GgmlType::IQ4_NL>{});
+        case GgmlType::IQ4_XS:
+            return f(DecIQ4XS{});
+        case GgmlType::MXFP4:
+            return f(DecNL32<GgmlType::MXFP4>{});
         default:
             throw Error(std::string("CUDA quant kernels: unsupported type ") + ggml_type_name(t));
     }

@@ -342,6 +342,12 @@ bool mma_fits(const QMatrix& w) {
         case GgmlType::Q5_0:
         case GgmlType::Q4_0:
             return !w.tiled && !w.padded && w.n_in % 32 == 0;
+        case GgmlType::Q2_K:  // no tensor-core reader: the matvec and dequant_f16 + cuBLAS take them
+        case GgmlType::Q3_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::MXFP4:
+            return false;
         default:
             return false;
     }

@@ -171,6 +171,13 @@ void with_format(GgmlType t, const F& f) {
             return f(Block32<true>{});
         case GgmlType::Q4_0:
             return f(Block32<false>{});
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::MXFP4:
+            throw Error(std::string("CUDA tensor-core product: no block reader for the low-bit type ") +
+                        ggml_type_name(t) + " (mma_fits refuses it)");
         default:
             throw Error(std::string("CUDA tensor-core product: no block reader for ") + ggml_type_name(t));
     }
@@ -377,6 +384,13 @@ inline Layout layout_of(GgmlType t) {
             return {32, Block32<true>::kBytes, WeightStage<Block32<true>>::kBlocks};
         case GgmlType::Q4_0:
             return {32, Block32<false>::kBytes, WeightStage<Block32<false>>::kBlocks};
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::MXFP4:
+            throw Error(std::string("CUDA matmul_mma: no tensor-core product for the low-bit type ") +
+                        ggml_type_name(t) + " (mma_fits refuses it)");
         default:
             throw Error(std::string("CUDA matmul_mma: no tensor-core product for ") + ggml_type_name(t));
     }
