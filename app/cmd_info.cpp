@@ -27,10 +27,17 @@ struct InfoOptions {
 };
 
 json hparams_json(const Hparams& hp) {
-    return {{"layers", hp.n_layer},     {"n_embd", hp.n_embd},       {"heads", hp.n_head},
-            {"kv_heads", hp.n_head_kv}, {"head_dim", hp.head_dim},   {"n_ff", hp.n_ff},
-            {"vocab", hp.n_vocab},      {"context", hp.n_ctx_train}, {"rope_base", hp.rope_base},
-            {"rms_eps", hp.rms_eps}};
+    json j = {{"layers", hp.n_layer},     {"n_embd", hp.n_embd},       {"heads", hp.n_head},
+              {"kv_heads", hp.n_head_kv}, {"head_dim", hp.head_dim},   {"n_ff", hp.n_ff},
+              {"vocab", hp.n_vocab},      {"context", hp.n_ctx_train}, {"rope_base", hp.rope_base},
+              {"rms_eps", hp.rms_eps}};
+    if (hp.n_expert > 0)
+        j["experts"] = {{"count", hp.n_expert},
+                        {"used", hp.n_expert_used},
+                        {"n_ff", hp.n_ff_exp},
+                        {"gating", expert_gating_name(hp.expert_gating)},
+                        {"norm", hp.expert_norm}};
+    return j;
 }
 
 json tokenizer_json(const GgufFile& f) {
@@ -111,6 +118,11 @@ void print_hparams(const json& hp) {
         std::printf("%-14s %lld\n", (std::string(k) + ":").c_str(), hp[k].get<long long>());
     std::printf("rope_base:     %g\n", hp["rope_base"].get<double>());
     std::printf("rms_eps:       %g\n", hp["rms_eps"].get<double>());
+    if (const auto e = hp.find("experts"); e != hp.end())
+        std::printf("experts:       %lld, %lld used per token, n_ff %lld, %s%s\n",
+                    (*e)["count"].get<long long>(), (*e)["used"].get<long long>(),
+                    (*e)["n_ff"].get<long long>(), (*e)["gating"].get<std::string>().c_str(),
+                    (*e)["norm"].get<bool>() ? ", renormalised" : "");
 }
 
 // Without hyper-parameters minfer understands, every metadata key but the tokenizer's, as gguf-dump.

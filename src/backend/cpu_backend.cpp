@@ -291,6 +291,15 @@ void CpuBackend::fused_ffn(const CNode& n, const NodeBuffers& bufs) {
     rows(nt, [&](int64_t t) { cpu::swiglu(gate + t * nf, up + t * nf, out + t * nf, nf); });
 }
 
+void CpuBackend::moe_ffn(const CNode& n, const op::MoeFfn& o, const NodeBuffers& bufs) {
+    const auto& m = std::get<meta::MoeFfn>(n.meta);
+    const Weight &gate = weight(m.gate), &up = weight(m.up), &down = weight(m.down);
+    const cpu::MoeExperts w{gate.q,    up.q,        down.q,      gate.data, up.data,
+                            down.data, m.gate.n_in, m.down.n_in, o.n_expert};
+    cpu::moe_ffn(w, o, bufs.data(n.src[0]), bufs.data(n.src[1]), n.shape[1], bufs.data(n.id), pool_, decode_,
+                 invariant_, moe_scratch_);
+}
+
 void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     float* out = bufs.data(n.id);
     auto in = [&](size_t i) { return bufs.data(n.src[i]); };
@@ -344,6 +353,7 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                 rows(d, [&](int64_t t) { ids[t] = cpu::argmax(in(0) + t * w, w); });
             },
             [&](const op::FusedFFN&) { fused_ffn(n, bufs); },
+            [&](const op::MoeFfn& o) { moe_ffn(n, o, bufs); },
             [&](const op::AllReduce&) { collective(n, bufs); },
             [&](const op::AllGather&) { collective(n, bufs); },
             [&](const op::Input&) {},

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/threadpool.h"
 #include "quant/quants.h"
 
@@ -56,6 +57,7 @@ class CpuBackend final : public Backend {
                       const NodeBuffers& bufs);
     void fused_qkv(const CNode& n, const NodeBuffers& bufs);
     void fused_ffn(const CNode& n, const NodeBuffers& bufs);
+    void moe_ffn(const CNode& n, const op::MoeFfn& o, const NodeBuffers& bufs);
     template <class F>
     void rows(int64_t nt, F&& f);  // f(t) for each row, split over threads when nt > 1
 
@@ -66,6 +68,7 @@ class CpuBackend final : public Backend {
     std::vector<float> scratch_;                                     // per-thread attention scores
     std::vector<float> kv_scratch_;     // per-thread K/V rows of one head as f32 (f16 / q8_0 caches)
     std::vector<float> fused_scratch_;  // K/V or gate/up intermediates of the fused ops
+    cpu::MoeScratch moe_scratch_;       // routing and gathered rows of the MoE FFN
     cpu::DecodeDot decode_;
     bool invariant_;
     Communicator* comm_;

@@ -161,4 +161,17 @@ NodeId GraphBuilder::fused_ffn(NodeId x, const meta::FusedFfn& m) {
     return node("fused_ffn", op::FusedFFN{}, {x}, {m.gate.n_out, nt(x), 1, 1}, m);
 }
 
+NodeId GraphBuilder::moe_ffn(NodeId x, NodeId router, const op::MoeFfn& o, const meta::MoeFfn& m) {
+    const int64_t n_embd = at(x).shape[0];
+    if (at(router).shape[0] != o.n_expert || nt(router) != nt(x) || o.n_used < 1 || o.n_used > o.n_expert)
+        throw Error("moe_ffn: router logits " + std::to_string(at(router).shape[0]) + " x " +
+                    std::to_string(nt(router)) + " for " + std::to_string(o.n_expert) + " experts (" +
+                    std::to_string(o.n_used) + " used) and " + std::to_string(nt(x)) + " tokens");
+    if (m.gate.n_in != n_embd || m.down.n_out != n_embd * o.n_expert || m.gate.n_out != m.up.n_out ||
+        m.gate.n_out != m.down.n_in * o.n_expert)
+        throw Error("moe_ffn: expert weights do not match n_embd " + std::to_string(n_embd) + " and " +
+                    std::to_string(o.n_expert) + " experts");
+    return node("ffn_moe", o, {x, router}, {n_embd, nt(x), 1, 1}, m);
+}
+
 }  // namespace minfer

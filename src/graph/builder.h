@@ -66,6 +66,8 @@ class GraphBuilder {
     NodeId qkv_bias_rope_store(int layer, NodeId q, NodeId k, NodeId v, const KvIndex& at,
                                const meta::FusedQkv& m);
     NodeId fused_ffn(NodeId x, const meta::FusedFfn& m);  // -> [n_ff, nt], silu(gate) * up
+    // Mixture of experts: x [n_embd, nt] and the router's logits [n_expert, nt] -> [n_embd, nt].
+    NodeId moe_ffn(NodeId x, NodeId router, const op::MoeFfn& o, const meta::MoeFfn& m);
 
     const CNode& operator[](NodeId id) const { return g_[id]; }
     ComputeGraph build() && { return std::move(g_); }

@@ -87,10 +87,17 @@ struct FusedFfn {
     WeightRef gate, up;  // [n_embd, n_ff] each
     bool operator==(const FusedFfn&) const = default;
 };
+// A mixture of experts' stacked FFN weights, each GGUF tensor [n_in, n_out, n_expert] named as the 2-D
+// matrix [n_in, n_out * n_expert] it is in memory: expert e's rows are e * n_out .. (e + 1) * n_out - 1.
+struct MoeFfn {
+    WeightRef gate, up;  // [n_embd, n_ff_exp * n_expert] each
+    WeightRef down;      // [n_ff_exp, n_embd * n_expert]
+    bool operator==(const MoeFfn&) const = default;
+};
 }  // namespace meta
 
 using NodeMeta = std::variant<meta::None, meta::Weight, meta::MatMul, meta::Rope, meta::Attn, meta::Kv,
-                              meta::FusedQkv, meta::FusedFfn>;
+                              meta::FusedQkv, meta::FusedFfn, meta::MoeFfn>;
 
 // f(w) for every weight that a node's metadata names, present or not: the one list of which metadata
 // carry weights, one case per alternative, so that a new one does not compile until it is listed here.
@@ -108,6 +115,7 @@ void for_each_weight(const NodeMeta& meta, F&& f) {
                        f(m.q_norm), f(m.k_norm);
                    },
                    [&](const meta::FusedFfn& m) { f(m.gate), f(m.up); },
+                   [&](const meta::MoeFfn& m) { f(m.gate), f(m.up), f(m.down); },
                },
                meta);
 }

@@ -12,7 +12,8 @@ const char* op_name(const Op& o) {
         "Input",    "GetRows",      "RmsNorm",      "QkNorm",      "MatMul",
         "RoPE",     "Attn",         "KvcacheStore", "KvcacheLoad", "Add",
         "Mul",      "Silu",         "SwiGLU",       "FusedQKV",    "QkvBiasRopeStore",
-        "FusedFFN", "FusedQkvNorm", "ArgMax",       "AllReduce",   "AllGather"};
+        "FusedFFN", "FusedQkvNorm", "ArgMax",       "AllReduce",   "AllGather",
+        "MoeFfn"};
     static_assert(std::size(names) == std::variant_size_v<Op>);
     return names[o.index()];
 }
@@ -40,6 +41,9 @@ const char* dtype_name(DType t) {
 const char* rope_style_name(RopeStyle s) {
     return s == RopeStyle::Normal ? "Normal" : "Neox";
 }
+const char* expert_gating_name(ExpertGating g) {
+    return g == ExpertGating::Softmax ? "softmax" : "sigmoid";
+}
 
 std::string op_string(const Op& o) {
     std::ostringstream s;
@@ -64,6 +68,11 @@ std::string op_string(const Op& o) {
                    [&](const op::FusedQKV& p) { s << " { layer: " << p.layer << " }"; },
                    [&](const op::QkvBiasRopeStore& p) { s << " { layer: " << p.layer << " }"; },
                    [&](const op::FusedQkvNorm& p) { s << " { layer: " << p.layer << " }"; },
+                   [&](const op::MoeFfn& p) {
+                       s << " { n_expert: " << p.n_expert << ", n_used: " << p.n_used
+                         << ", gating: " << expert_gating_name(p.gating)
+                         << ", norm: " << (p.norm ? "true" : "false") << " }";
+                   },
                    [&](const auto&) {},
                },
                o);

@@ -12,6 +12,9 @@ namespace minfer {
 enum class DType : uint8_t { F32, I32 };
 enum class RopeStyle : uint8_t { Normal, Neox };  // Normal: adjacent pairs; Neox: halves
 enum class AttnMode : uint8_t { Causal };
+// How a mixture-of-experts router turns its logits into expert probabilities (GGUF
+// <arch>.expert_gating_func: 1 softmax, 2 sigmoid).
+enum class ExpertGating : uint8_t { Softmax, Sigmoid };
 
 namespace op {
 struct Input {  // leaf filled from outside each step (token ids, positions, slots, block table, out ids)
@@ -100,12 +103,23 @@ struct AllGather {
     int ranks;
     bool operator==(const AllGather&) const = default;
 };
+// Mixture-of-experts FFN. src: [x [n_embd, nt], router logits [n_expert, nt]] -> [n_embd, nt]. Each token
+// takes the n_used experts of highest probability (gating of its logits; the lower id on ties), their
+// probabilities renormalised to sum 1 when `norm`; its output is sum_j p_j * down_j(silu(gate_j x) * up_j x),
+// added in the order of the selection. Tokens are grouped by expert, so each expert's weights are read
+// once per forward for all the tokens routed to it (meta::MoeFfn names the stacked expert weights).
+struct MoeFfn {
+    int64_t n_expert, n_used;
+    ExpertGating gating;
+    bool norm;
+    bool operator==(const MoeFfn&) const = default;
+};
 }  // namespace op
 
 using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::MatMul, op::Rope, op::Attn,
                         op::KvcacheStore, op::KvcacheLoad, op::Add, op::Mul, op::Silu, op::SwiGLU,
                         op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm, op::ArgMax,
-                        op::AllReduce, op::AllGather>;
+                        op::AllReduce, op::AllGather, op::MoeFfn>;
 
 const char* op_name(const Op& op);    // "RmsNorm"
 std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"
@@ -116,5 +130,6 @@ int kv_layer(const Op& op);
 // of an Attn, KvcacheStore or QKV-fusion node; -1 for other ops.
 int kv_index_src(const Op& op);
 const char* rope_style_name(RopeStyle s);
+const char* expert_gating_name(ExpertGating g);  // "softmax", "sigmoid"
 
 }  // namespace minfer

@@ -141,6 +141,14 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
     return ffn_down(b, m, act, l.ffn_down);       // [n_embd, nt]
 }
 
+NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x) {
+    const LayerWeights& l = m.layers[size_t(il)];
+    const Hparams& hp = m.hp;
+    const NodeId router = b.matmul(x, l.ffn_gate_inp);  // [n_expert, nt]
+    const op::MoeFfn o{hp.n_expert, hp.n_expert_used, hp.expert_gating, hp.expert_norm};
+    return b.moe_ffn(x, router, o, {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps});  // [n_embd, nt]
+}
+
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer) {
     if (!last_layer || in.out_ids < 0) return b.add(residual, cur);
     const NodeId cur_out = b.get_rows(cur, in.out_ids);       // [n_embd, n_out]

@@ -37,6 +37,10 @@ NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn);
 // columns and sums its partial down products over the ranks.
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p);
 
+// A mixture of experts: the router's logits [n_expert, nt], then each token's n_expert_used SwiGLU
+// experts weighted by their probabilities (op::MoeFfn); x: [n_embd, nt] -> [n_embd, nt].
+NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x);
+
 // residual + cur; on the last layer with n_out < nt both operands are first narrowed to the out_ids rows,
 // so the last FFN, final norm and lm_head run on n_out rows. -> [n_embd, nt or n_out].
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer);

@@ -39,6 +39,18 @@ class WeightReader {
     WeightRef vec(const std::string& name, int64_t n, bool required = true) const {
         return get(name, n, 1, required);
     }
+    // Stacked experts: a [n_in, n_out, n_expert] tensor, named as the [n_in, n_out * n_expert] matrix it is.
+    WeightRef experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) const {
+        const GgufTensor* t = f_.find_tensor(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        if (t->dims != std::vector<int64_t>{n_in, n_out, n_expert})
+            fail("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected [" +
+                 std::to_string(n_in) + ", " + std::to_string(n_out) + ", " + std::to_string(n_expert) + "]");
+        if (!quant_traits(t->type))
+            fail("tensor '" + name + "' has type " + ggml_type_name(t->type) +
+                 ", which minfer cannot compute with");
+        return WeightRef{name, t->type, n_in, n_out * n_expert};
+    }
 
     [[noreturn]] void fail(const std::string& what) const { throw Error(f_.path() + ": " + what); }
 
@@ -88,6 +100,17 @@ class HparamReader {
     std::string arch_;
 };
 
+// A mixture of experts' keys; the gating and the renormalisation default to Qwen3-MoE's (softmax, on).
+void read_experts(const GgufFile& f, const HparamReader& r, Hparams& hp) {
+    hp.n_expert = r.integer("expert_count", 1, 4096);
+    hp.n_expert_used = r.integer("expert_used_count", 1, hp.n_expert);
+    hp.n_ff_exp = r.integer("expert_feed_forward_length", 1, int64_t{1} << 20);
+    hp.expert_gating =
+        r.integer("expert_gating_func", 1, 2, 1) == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
+    const std::string norm = hp.arch + ".expert_weights_norm";
+    hp.expert_norm = !f.has(norm) || f.get_bool(norm);
+}
+
 Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     constexpr int64_t kMaxDim = int64_t{1} << 20, kMaxHeads = int64_t{1} << 12;
     const HparamReader r(f, arch.name);
@@ -95,7 +118,8 @@ Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     hp.arch = arch.name;
     hp.n_layer = int(r.integer("block_count", 1, 100000));
     hp.n_embd = r.integer("embedding_length", 1, kMaxDim);
-    hp.n_ff = r.integer("feed_forward_length", 1, kMaxDim * 4);
+    hp.n_ff = arch.moe ? r.integer("feed_forward_length", 0, kMaxDim * 4, 0)
+                       : r.integer("feed_forward_length", 1, kMaxDim * 4);
     hp.n_head = r.integer("attention.head_count", 1, kMaxHeads);
     hp.n_head_kv = r.integer("attention.head_count_kv", 1, hp.n_head, hp.n_head);
     if (hp.n_head % hp.n_head_kv != 0)
@@ -112,6 +136,7 @@ Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     hp.rope_base = r.positive("rope.freq_base", 10000.0);
     hp.rope_style = arch.rope_style;
     hp.pooling = Pooling(r.integer("pooling_type", -1, 4, -1));
+    if (arch.moe) read_experts(f, r, hp);
     return hp;
 }
 
@@ -153,6 +178,13 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, const ArchInfo
     l.q_norm = r.vec(p + "attn_q_norm.weight", hp.head_dim, arch.qk_norm);
     l.k_norm = r.vec(p + "attn_k_norm.weight", hp.head_dim, arch.qk_norm);
     l.ffn_norm = r.vec(p + "ffn_norm.weight", d);
+    if (arch.moe) {
+        l.ffn_gate_inp = r.get(p + "ffn_gate_inp.weight", d, hp.n_expert);
+        l.ffn_gate_exps = r.experts(p + "ffn_gate_exps.weight", d, hp.n_ff_exp, hp.n_expert);
+        l.ffn_up_exps = r.experts(p + "ffn_up_exps.weight", d, hp.n_ff_exp, hp.n_expert);
+        l.ffn_down_exps = r.experts(p + "ffn_down_exps.weight", hp.n_ff_exp, d, hp.n_expert);
+        return l;
+    }
     l.ffn_gate = r.get(p + "ffn_gate.weight", d, hp.n_ff);
     l.ffn_up = r.get(p + "ffn_up.weight", d, hp.n_ff);
     l.ffn_down = r.get(p + "ffn_down.weight", hp.n_ff, d);
@@ -196,12 +228,17 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
 
 WeightSet Model::weight_set() const {
     WeightSet w{.layers = {}, .tok_embd = tok_embd, .output = output, .output_norm = output_norm};
-    for (const LayerWeights& l : layers)
+    for (const LayerWeights& l : layers) {
+        // A dense FFN or a router; a mixture's stacked experts stay on the host, where its node runs.
+        std::vector<WeightRef> matrices;
+        for (const WeightRef* m : {&l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_gate_inp})
+            if (m->present()) matrices.push_back(*m);
         w.layers.push_back({.q = l.wq,
                             .k = l.wk,
                             .v = l.wv,
-                            .matrices = {l.wo, l.ffn_gate, l.ffn_up, l.ffn_down},
+                            .matrices = std::move(matrices),
                             .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm}});
+    }
     return w;
 }
 

@@ -20,7 +20,7 @@ class GgufFile;
 enum class Pooling : int8_t { Unspecified = -1, None = 0, Mean = 1, Cls = 2, Last = 3, Rank = 4 };
 
 struct Hparams {
-    std::string arch;  // "qwen2", "qwen3", "llama"
+    std::string arch;  // "qwen2", "qwen3", "llama", "qwen3moe"
     int n_layer = 0;
     int64_t n_embd = 0;  // hidden width
     int64_t n_head = 0;
@@ -34,6 +34,11 @@ struct Hparams {
     float rope_base = 10000.0f;
     RopeStyle rope_style = RopeStyle::Neox;
     Pooling pooling = Pooling::Unspecified;  // <arch>.pooling_type
+    // Mixture of experts (0 experts: a dense FFN): n_expert_used of n_expert experts per token, each an
+    // FFN of width n_ff_exp; the router's gating, and whether the chosen probabilities are renormalised.
+    int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    ExpertGating expert_gating = ExpertGating::Softmax;
+    bool expert_norm = true;
     int64_t n_kv_embd() const { return n_head_kv * head_dim; }
     int64_t n_q_embd() const { return n_head * head_dim; }
 };
@@ -46,6 +51,11 @@ struct LayerWeights {
     WeightRef ffn_norm;          // [n_embd]
     WeightRef ffn_gate, ffn_up;  // [n_embd, n_ff]
     WeightRef ffn_down;          // [n_ff, n_embd]
+    // Mixture of experts instead of ffn_gate/up/down: the router and the stacked experts (graph.h's
+    // meta::MoeFfn: each [n_in, n_out, n_expert] tensor named as [n_in, n_out * n_expert]).
+    WeightRef ffn_gate_inp;                // [n_embd, n_expert]
+    WeightRef ffn_gate_exps, ffn_up_exps;  // [n_embd, n_ff_exp * n_expert]
+    WeightRef ffn_down_exps;               // [n_ff_exp, n_embd * n_expert]
 };
 
 // A model's part in a tensor-parallel group (models/shard.h): its rank's heads and K/V heads (Hparams'

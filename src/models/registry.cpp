@@ -4,9 +4,10 @@ namespace minfer {
 
 namespace {
 constexpr ArchInfo kArchs[] = {
-    {"qwen2", build_qwen2, RopeStyle::Neox, true, false},
-    {"qwen3", build_qwen3, RopeStyle::Neox, false, true},
-    {"llama", build_llama, RopeStyle::Normal, false, false},
+    {"qwen2", build_qwen2, RopeStyle::Neox, true, false, false},
+    {"qwen3", build_qwen3, RopeStyle::Neox, false, true, false},
+    {"llama", build_llama, RopeStyle::Normal, false, false, false},
+    {"qwen3moe", build_qwen3moe, RopeStyle::Neox, false, true, true},
 };
 }  // namespace
 

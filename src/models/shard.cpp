@@ -123,6 +123,8 @@ LayerWeights shard_layer(Slicer& s, const Hparams& hp, const LayerWeights& l, co
 std::unique_ptr<Model> shard_model(const Model& whole, int rank, int ranks) {
     if (ranks < 1 || rank < 0 || rank >= ranks)
         throw Error("tensor parallelism: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+    if (whole.hp.n_expert > 0 && ranks > 1)
+        throw Error("tensor parallelism does not split a mixture of experts (" + whole.hp.arch + ") yet");
     const Split sp = split_of(whole, rank, ranks);
     Slicer s(whole, rank, ranks);
     auto m = std::make_unique<Model>();

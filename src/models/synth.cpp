@@ -32,6 +32,15 @@ class SynthWriter {
                         std::to_string(n_in));
         w_.add_tensor(name, type, {n_in, n_out}, quantized_rows(*quant_traits(type), n_in, n_out));
     }
+    // Stacked experts: a [n_in, n_out, n_expert] tensor, each expert's matrix as matrix() writes one.
+    void experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+        const GgmlType type = fits(s_.type, n_in) ? s_.type : s_.fallback_type.value_or(s_.type);
+        if (!fits(type, n_in))
+            throw Error(std::string("synth: cannot write ") + ggml_type_name(type) + " rows of " +
+                        std::to_string(n_in));
+        w_.add_tensor(name, type, {n_in, n_out, n_expert},
+                      quantized_rows(*quant_traits(type), n_in, n_out * n_expert));
+    }
     void vector(const std::string& name, int64_t n, double mean, double sd) {
         std::vector<float> v = values(n, sd, mean);
         w_.add_tensor(name, GgmlType::F32, {n}, v.data(), v.size() * sizeof(float));
@@ -82,7 +91,7 @@ class SynthWriter {
     GgufWriter w_;
 };
 
-void write_hparams(GgufWriter& w, const SynthSpec& s) {
+void write_hparams(GgufWriter& w, const SynthSpec& s, bool moe) {
     const std::string a = s.arch;
     w.set_str("general.architecture", a);
     w.set_str("general.name", "synthetic " + a);
@@ -96,6 +105,11 @@ void write_hparams(GgufWriter& w, const SynthSpec& s) {
     w.set_u32(a + ".attention.value_length", uint32_t(s.head_dim));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
     w.set_f32(a + ".rope.freq_base", 1e6f);
+    if (moe) {
+        w.set_u32(a + ".expert_count", uint32_t(s.n_expert));
+        w.set_u32(a + ".expert_used_count", uint32_t(s.n_expert_used));
+        w.set_u32(a + ".expert_feed_forward_length", uint32_t(s.n_ff_exp));
+    }
     for (const auto& [key, value] : s.extra_metadata) w.set(key, value);
 }
 
@@ -109,9 +123,9 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
     // An architecture minfer does not know gets only the tensors every one has (files for the tests of
     // unsupported models).
     const ArchInfo* arch = find_arch(s.arch);
-    const bool qkv_bias = arch && arch->qkv_bias, qk_norm = arch && arch->qk_norm;
+    const bool qkv_bias = arch && arch->qkv_bias, qk_norm = arch && arch->qk_norm, moe = arch && arch->moe;
     SynthWriter sw(s);
-    write_hparams(sw.writer(), s);
+    write_hparams(sw.writer(), s, moe);
     const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
     sw.matrix("token_embd.weight", d, s.n_vocab, s.tied_output);
     sw.vector("output_norm.weight", d, 1.0, 0.1);
@@ -134,6 +148,13 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
             sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
         }
         sw.vector(p + "ffn_norm.weight", d, 1.0, 0.1);
+        if (moe) {
+            sw.matrix(p + "ffn_gate_inp.weight", d, s.n_expert);
+            sw.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert);
+            sw.experts(p + "ffn_up_exps.weight", d, s.n_ff_exp, s.n_expert);
+            sw.experts(p + "ffn_down_exps.weight", s.n_ff_exp, d, s.n_expert);
+            continue;
+        }
         sw.matrix(p + "ffn_gate.weight", d, s.n_ff);
         sw.matrix(p + "ffn_up.weight", d, s.n_ff);
         sw.matrix(p + "ffn_down.weight", s.n_ff, d, more_bits);

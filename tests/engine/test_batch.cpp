@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "gguf/gguf_test_util.h"
 #include "greedy_check.h"
 #include "invariant_params.h"
 #include "models/model.h"
+#include "models/synth.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/scheduler.h"
@@ -202,6 +204,20 @@ TEST(BatchInvariance, GoldenModelsUnderLoadEqualAlone) {
         const auto m = Model::load(file);
         expect_invariant_under_load(*m, {}, true);
     }
+}
+
+// A mixture of experts: tokens of different sequences share experts in a forward (each expert's rows
+// gathered from the batch), yet every sequence's logits equal its run alone.
+TEST(BatchInvariance, MixtureOfExpertsUnderLoadEqualsAlone) {
+    TempDir dir;
+    SynthSpec s;
+    s.arch = "qwen3moe";
+    s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_expert = 8, s.n_expert_used = 3, s.n_ff_exp = 64;
+    s.type = GgmlType::Q8_0;
+    const std::string file = dir.file("moe.gguf");
+    write_synth_model(s, file);
+    const auto m = Model::load(file);
+    expect_invariant_under_load(*m, {}, true);
 }
 
 }  // namespace

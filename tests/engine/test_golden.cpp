@@ -3,6 +3,7 @@
 // and llama.cpp's greedy output for stories260K.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -15,10 +16,22 @@ namespace {
 constexpr double kLogitTol = 2e-3;  // absolute, against the float64 reference (issue acceptance)
 
 struct FloatCase {
-    const char* model;  // qwen2-mini, ...
-    const char* type;   // F16, BF16
-    int tp = 1;         // tensor-parallel ranks
+    const char* model;     // qwen2-mini, ...
+    const char* type;      // F16, BF16
+    int tp = 1;            // tensor-parallel ranks
+    bool in_repo = false;  // tests/data/MODEL holds the file and its references, not $MINFER_TEST_DATA
+
+    std::string path(const std::string& file, bool ref) const {
+        if (in_repo) return repo_data_path(model, file);
+        return ref ? ref_path(file) : model_path(file);
+    }
 };
+
+// A test name from a model and type: "qwen3moe-mini", "F16" -> "qwen3moe_mini_F16".
+std::string case_name(std::string model, const std::string& type) {
+    std::replace(model.begin(), model.end(), '-', '_');
+    return model + "_" + type;
+}
 
 void PrintTo(const FloatCase& c, std::ostream* os) {
     *os << c.model << "-" << c.type << " at " << c.tp << " ranks";
@@ -34,18 +47,19 @@ SessionParams golden_params_tp(int64_t n_ctx, int tp) {
 class FloatGolden : public ::testing::TestWithParam<FloatCase> {};
 
 TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
-    const auto [name, type, tp] = GetParam();
-    const std::string file = model_path(std::string(name) + "-" + type + ".gguf");
-    const std::string ref_file = ref_path(std::string(name) + ".ref.json");
+    const FloatCase& c = GetParam();
+    const std::string name = c.model;
+    const std::string file = c.path(name + "-" + c.type + ".gguf", false);
+    const std::string ref_file = c.path(name + ".ref.json", true);
     MINFER_REQUIRE_FILE(file);
     MINFER_REQUIRE_FILE(ref_file);
     const auto ref = load_json(ref_file);
     const auto model = Model::load(file);
-    Session s(*model, golden_params_tp(512, tp));
+    Session s(*model, golden_params_tp(512, c.tp));
     const int64_t n_vocab = model->hp.n_vocab;
 
     std::vector<float> full;
-    if (std::ifstream f(ref_path(std::string(name) + ".logits.f32"), std::ios::binary); f) {
+    if (std::ifstream f(c.path(name + ".logits.f32", true), std::ios::binary); f) {
         f.seekg(0, std::ios::end);
         full.resize(size_t(f.tellg()) / sizeof(float));
         f.seekg(0);
@@ -78,10 +92,10 @@ TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Models, FloatGolden,
                          ::testing::Values(FloatCase{"qwen2-mini", "F16"}, FloatCase{"qwen2-mini", "BF16"},
                                            FloatCase{"qwen3-mini", "F16"}, FloatCase{"qwen3-mini", "BF16"},
-                                           FloatCase{"llama-mini", "F16"}, FloatCase{"llama-mini", "BF16"}),
-                         [](const auto& info) {
-                             return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type;
-                         });
+                                           FloatCase{"llama-mini", "F16"}, FloatCase{"llama-mini", "BF16"},
+                                           FloatCase{"qwen3moe-mini", "F16", 1, true},
+                                           FloatCase{"qwen3moe-mini", "BF16", 1, true}),
+                         [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // The same references at two tensor-parallel ranks (models/shard.h): the partial sums of attn_output and
 // ffn_down add in another order, within the same budget.
@@ -90,8 +104,7 @@ INSTANTIATE_TEST_SUITE_P(TensorParallel, FloatGolden,
                                            FloatCase{"qwen3-mini", "BF16", 2},
                                            FloatCase{"llama-mini", "F16", 2}),
                          [](const auto& info) {
-                             return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type +
-                                    "_tp2";
+                             return case_name(info.param.model, info.param.type) + "_tp2";
                          });
 
 // Quantized files: teacher-forced top-1 agreement with the float64 reference on the dequantized weights,
@@ -146,9 +159,7 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"qwen2-mini", "Q4_0", 0.9904}, QuantCase{"qwen3-mini", "Q8_0", 0.9737},
                       QuantCase{"qwen3-mini", "Q6_K", 0.9761}, QuantCase{"qwen3-mini", "Q5_K_M", 0.9665},
                       QuantCase{"qwen3-mini", "Q4_K_M", 0.9809}, QuantCase{"qwen3-mini", "Q4_0", 0.9856}),
-    [](const auto& info) {
-        return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type;
-    });
+    [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // Two ranks, the same floors: Q4_K_M's attn_output stays whole (its blocks of 256 do not split at a head
 // boundary of 128 columns) and its FFN splits unevenly (768 = 2 + 1 blocks); Q8_0 splits both evenly.
@@ -158,8 +169,7 @@ INSTANTIATE_TEST_SUITE_P(TensorParallel, QuantGolden,
                                            QuantCase{"qwen3-mini", "Q6_K", 0.9761, 2},
                                            QuantCase{"qwen3-mini", "Q4_0", 0.9856, 2}),
                          [](const auto& info) {
-                             return std::string(info.param.model).replace(5, 1, "_") + "_" + info.param.type +
-                                    "_tp2";
+                             return case_name(info.param.model, info.param.type) + "_tp2";
                          });
 
 TEST(Stories260K, GreedyMatchesLlamaCpp) {

@@ -13,6 +13,7 @@
 
 #include "backend/cpu_backend.h"
 #include "gguf/gguf_test_util.h"
+#include "graph/builder.h"
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/sampler.h"
@@ -219,13 +220,39 @@ void expect_tail_matches_full(const Model& m, float tol) {
 }
 
 TEST(Tail, tail_reduction_matches_full_nt) {
-    for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+    for (const char* arch : {"qwen2", "qwen3", "llama", "qwen3moe"}) {
         SCOPED_TRACE(arch);
         expect_tail_matches_full(*synth(arch, 2), 1e-5f);
     }
     const std::string file = model_path("qwen2-mini-F16.gguf");
     MINFER_REQUIRE_FILE(file);
     expect_tail_matches_full(*Model::load(file), 1e-5f);
+}
+
+// ---- mixture of experts ---------------------------------------------------------------------------
+
+// Every layer of a qwen3moe graph routes (a MatMul with ffn_gate_inp) and then runs one MoeFfn node on
+// the stacked experts, in place of the dense FFN's products.
+TEST(Moe, each_layer_routes_then_runs_one_grouped_expert_node) {
+    const auto m = synth("qwen3moe", 3);
+    Session s(*m, {64, 2});
+    s.forward(prompt(5, m->hp.n_vocab), 1);
+    const ComputeGraph& g = s.graph();
+    int moe = 0;
+    for (const CNode& n : g.nodes) {
+        EXPECT_NE(node_stem(n), "ffn_gate") << "no dense FFN";
+        const auto* o = std::get_if<op::MoeFfn>(&n.op);
+        if (!o) continue;
+        ++moe;
+        EXPECT_EQ(n.name, "ffn_moe-" + std::to_string(n.layer));
+        EXPECT_EQ(op_string(n.op), "MoeFfn { n_expert: 8, n_used: 2, gating: softmax, norm: true }");
+        const CNode& router = g[n.src[1]];
+        ASSERT_TRUE(std::holds_alternative<op::MatMul>(router.op));
+        EXPECT_EQ(std::get<meta::MatMul>(router.meta).weight.name,
+                  "blk." + std::to_string(n.layer) + ".ffn_gate_inp.weight");
+        EXPECT_EQ(std::get<meta::MoeFfn>(n.meta).down.n_out, m->hp.n_embd * 8);
+    }
+    EXPECT_EQ(moe, 3);
 }
 
 // ---- fused decode vs unfused (§2.6, pitfall 4) ---------------------------------------------------

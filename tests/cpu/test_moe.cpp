@@ -1,0 +1,125 @@
+// The mixture-of-experts kernel (backend/cpu/moe.h): the routing against a brute-force sort of the
+// probabilities computed here in double, the grouped kernel against its scalar twin (each token alone,
+// matmul_ref, double sums) within a stated budget, and batch invariance: with invariant products a
+// token's row has the same bits alone and among others routed to the same and other experts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/moe.h"
+#include "cpu_test_util.h"
+
+namespace minfer::test {
+namespace {
+
+using cpu::DecodeDot;
+
+// Stacked experts of one type, written by the type's reference quantizer from N(0, 1/n_in) values.
+struct Experts {
+    std::vector<uint8_t> gate, up, down;
+    cpu::MoeExperts w;
+
+    Experts(GgmlType type, int64_t d, int64_t f, int64_t n_expert, std::mt19937& rng) {
+        const QuantTraits* q = quant_traits(type);
+        const auto fill = [&](std::vector<uint8_t>& bytes, int64_t n_in, int64_t rows) {
+            const float s = float(1.0 / std::sqrt(double(n_in)));
+            const std::vector<float> v = random_floats(rng, n_in * rows, -s * 1.7f, s * 1.7f);
+            bytes.resize(quant_row_bytes(*q, n_in) * size_t(rows));
+            q->from_float_ref(v.data(), bytes.data(), n_in * rows);
+        };
+        fill(gate, d, f * n_expert);
+        fill(up, d, f * n_expert);
+        fill(down, f, d * n_expert);
+        w = {q, q, q, gate.data(), up.data(), down.data(), d, f, n_expert};
+    }
+};
+
+TEST(MoeRoute, TopKOfTheProbabilitiesRenormalised) {
+    std::mt19937 rng(5);
+    for (const ExpertGating g : {ExpertGating::Softmax, ExpertGating::Sigmoid})
+        for (const bool norm : {false, true})
+            for (int rep = 0; rep < 50; ++rep) {
+                const int64_t n = 4 + rep % 61, k = 1 + rep % std::min<int64_t>(n, 8);
+                std::vector<float> logits = random_floats(rng, n, -4, 4);
+                logits[size_t(rep % n)] = logits[size_t((rep + 1) % n)];  // a tie: the lower id first
+                std::vector<double> p(static_cast<size_t>(n));
+                double denom = 0;
+                for (const float l : logits) denom += std::exp(double(l));
+                for (int64_t e = 0; e < n; ++e)
+                    p[size_t(e)] = g == ExpertGating::Softmax
+                                       ? std::exp(double(logits[size_t(e)])) / denom
+                                       : 1 / (1 + std::exp(-double(logits[size_t(e)])));
+                std::vector<int32_t> want(static_cast<size_t>(n));
+                std::iota(want.begin(), want.end(), 0);
+                std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+                double sum = 0;
+                for (int64_t j = 0; j < k; ++j) sum += p[size_t(want[size_t(j)])];
+                std::vector<int32_t> ids(static_cast<size_t>(k));
+                std::vector<float> w(static_cast<size_t>(k));
+                cpu::moe_route(logits.data(), n, k, g, norm, ids.data(), w.data());
+                for (int64_t j = 0; j < k; ++j) {
+                    ASSERT_EQ(ids[size_t(j)], want[size_t(j)]) << "rank " << j << " of " << n;
+                    const double pw = p[size_t(want[size_t(j)])] / (norm ? sum : 1.0);
+                    EXPECT_NEAR(w[size_t(j)], pw, 1e-6 * pw + 1e-12);
+                }
+            }
+}
+
+// Budget: each expert's three products as the matmul tests allow them (f32 dots: a few roundings of
+// sum |w x|; int8x2 activations: 1/64516 of each block's max |x|, twice), then k weighted sums: 2e-4 of
+// the largest |y| covers both with a margin of ten.
+TEST(MoeFfn, EqualsItsScalarTwin) {
+    std::mt19937 rng(11);
+    ThreadPool pool(2);
+    const int64_t d = 256, f = 96, n_expert = 8;
+    for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K})
+        for (const DecodeDot dot : {DecodeDot::F32, DecodeDot::Int8x2})
+            for (const int64_t nt : {1, 3, 17}) {
+                SCOPED_TRACE(std::string(ggml_type_name(type)) + ", " + std::to_string(nt) + " tokens");
+                const Experts ex(type, d, type == GgmlType::Q4_K ? 256 : f, n_expert, rng);
+                const op::MoeFfn o{n_expert, 3, ExpertGating::Softmax, true};
+                const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
+                const std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
+                std::vector<float> got(static_cast<size_t>(nt * d)), want(got.size());
+                cpu::MoeScratch s;
+                cpu::moe_ffn(ex.w, o, x.data(), logits.data(), nt, got.data(), pool, dot, false, s);
+                cpu::moe_ffn_ref(ex.w, o, x.data(), logits.data(), nt, want.data());
+                double scale = 0, err = 0;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    scale = std::max(scale, std::fabs(double(want[i])));
+                    err = std::max(err, std::fabs(double(got[i]) - double(want[i])));
+                }
+                ASSERT_GT(scale, 0.0);
+                EXPECT_LE(err, 2e-4 * scale);
+            }
+}
+
+TEST(MoeFfn, ATokensRowIsTheSameAloneAndInABatch) {
+    std::mt19937 rng(17);
+    ThreadPool pool(2);
+    const int64_t d = 256, f = 256, n_expert = 16, nt = 24;
+    for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::IQ4_XS}) {
+        SCOPED_TRACE(ggml_type_name(type));
+        const Experts ex(type, d, f, n_expert, rng);
+        const op::MoeFfn o{n_expert, 4, ExpertGating::Softmax, true};
+        const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
+        const std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
+        std::vector<float> batch(static_cast<size_t>(nt * d)), alone(static_cast<size_t>(d));
+        cpu::MoeScratch s;
+        cpu::moe_ffn(ex.w, o, x.data(), logits.data(), nt, batch.data(), pool, DecodeDot::Int8x2, true, s);
+        for (int64_t t = 0; t < nt; ++t) {
+            cpu::moe_ffn(ex.w, o, x.data() + t * d, logits.data() + t * n_expert, 1, alone.data(), pool,
+                         DecodeDot::Int8x2, true, s);
+            ASSERT_EQ(std::memcmp(alone.data(), batch.data() + t * d, size_t(d) * sizeof(float)), 0)
+                << "token " << t;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace minfer::test
