@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -174,6 +177,39 @@ TEST(Hardening, InfoDescribesAnUnknownArchitecture) {
         << j;
     const auto run = run_cli({"run", "-m", path, "-p", "hi"}, std::chrono::seconds(30));
     EXPECT_TRUE(run.failed_cleanly()) << run;
+}
+
+// A tensor of a type minfer cannot compute with (IQ2_XXS here: its blocks fit inside the F32 data they
+// replace) fails at load naming the tensor and the type; so do the MoE keys out of range.
+TEST(Hardening, UnsupportedTypeOrExpertKeysFailAtLoadNamingThem) {
+    test::TempDir tmp;
+    SynthSpec s;
+    s.n_embd = 256;
+    const std::string path = tmp.file("iq2.gguf");
+    write_synth_model(s, path);
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string name = "blk.0.attn_q.weight";
+    const size_t at = bytes.find(name);
+    ASSERT_NE(at, std::string::npos);
+    uint32_t n_dims = 0, type = uint32_t(GgmlType::IQ2_XXS);
+    std::memcpy(&n_dims, bytes.data() + at + name.size(), 4);
+    std::memcpy(bytes.data() + at + name.size() + 4 + 8 * n_dims, &type, 4);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+        Model::load(path);
+        ADD_FAILURE() << "loaded without error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'blk.0.attn_q.weight' has type IQ2_XXS"), std::string::npos)
+            << e.what();
+    }
+    SynthSpec moe;
+    moe.arch = "qwen3moe";
+    moe.n_expert_used = 9;  // of 8
+    expect_load_error(moe, {"qwen3moe.expert_used_count", "is 9"});
 }
 
 // Session::prepare does the first pass's set-up (its graph, the KV cache's memory) beforehand, so that
