@@ -20,11 +20,6 @@ inline std::string model_path(const std::string& file) {
 inline std::string ref_path(const std::string& file) {
     return data_dir() + "/refs/" + file;
 }
-// The minis of the newer architectures live in the repository, a folder each with their float64
-// references (tests/data/DIR/README.md says how scripts/make-arch-mini.py made them).
-inline std::string repo_data_path(const std::string& dir, const std::string& file) {
-    return std::string(MINFER_SOURCE_DIR) + "/tests/data/" + dir + "/" + file;
-}
 
 }  // namespace minfer::test
 

@@ -1,0 +1,604 @@
+#!/usr/bin/env python3
+"""Make a tiny trained model of one architecture, its GGUF files and float64 golden references.
+
+    make-arch-mini.py ARCH STAGE [options]
+
+ARCH picks an entry of ARCHS below (only `qwen3moe` today; gemma3 / gpt-oss go in as further entries).
+The stages run on different machines:
+
+  fetch-converter DIR   (here)  llama.cpp's own converter (convert_hf_to_gguf.py + conversion/ + gguf-py/), the
+                                same pinned source as ../shared/tools/llamacpp-src, which strips those parts.
+  prep                  (here)  vocabulary of the source GGUF -> WORK/vocab.json, training text -> WORK/corpus.json,
+                                prompts and tokenizer references -> WORK/, converter -> WORK/conv/.
+  build                 (GPU)   HF tokenizer (tokenizers library) + checks against tokenizer.ref.json; the model;
+                                a converter dry run; training (bf16 autocast); rounding of every weight to a value
+                                exact in both F16 and BF16; HF folder; float64 references; GGUF F16 + BF16 by
+                                llama.cpp's converter.  Writes into --out.
+  llamacpp              (here)  llama.cpp (Debian build, CPU, ../shared/tools/llamacpp) greedy continuation of the
+                                reference prompts on each GGUF given -> NAME.llamacpp.json with agreement counts.
+
+The reference JSON mirrors ../shared/refs/qwen3-mini.ref.json field for field.
+
+Status (2026-12-07): prep and llamacpp ran here (llamacpp reproduces qwen3-mini-Q8_0.llamacpp.json byte for
+byte); build has not run yet: no GPU machine could be started in the session that wrote it. Known before its first
+run: the F16 file of this config is about 18.5 MB (too large for the repository beside its BF16 twin: fewer
+layers or experts are needed), and HF computes RoPE, the attention softmax and the router softmax in float32 even
+after model.double().
+
+Recipe (qwen3moe; build-moe-carry/ is ignored by .gitignore's /build*/):
+  python3 scripts/make-arch-mini.py qwen3moe fetch-converter /tmp/conv-src
+  python3 scripts/make-arch-mini.py qwen3moe prep --work build-moe-carry/work --converter /tmp/conv-src
+     (gguf-py: /tmp/llamacpp/root/... after `../shared/tools/llamacpp llama-cli --version`; numpy: apt python3-numpy)
+  GPU (device run, carry build-moe-carry/work; GGUFs exceed the 16 MB per returned file, hence the split):
+     python3 scripts/make-arch-mini.py qwen3moe build --work build-moe-carry/work --out /tmp/o --train-seconds 150 \
+       2>&1 | tee $OUT/build.log; cd /tmp/o && cp *.ref.json *.logits.f32 $OUT/;
+     tar cf - hf *.gguf convert-*.log | split -b 15000000 -d - $OUT/bundle.tar.
+  here: cat bundle.tar.* | tar xf - ; then
+  python3 scripts/make-arch-mini.py qwen3moe llamacpp --ref qwen3moe-mini.ref.json --outdir DIR qwen3moe-mini-F16.gguf ...
+  (the llamacpp stage reproduces ../shared/refs/qwen3-mini-Q8_0.llamacpp.json byte for byte from qwen3-mini.ref.json)
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("MINFER_SHARED", REPO.parent / "shared"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Architecture entries.  Each says where its vocabulary comes from, which prompts its references use, how its HF
+# config is made and what the converter needs.  Add gemma3 / gpt-oss as further entries.
+# ----------------------------------------------------------------------------------------------------------------
+
+def qwen3moe_config(transformers, vocab):
+    kw = dict(
+        vocab_size=8320,
+        hidden_size=256,
+        intermediate_size=256,          # dense-MLP width; unused (every layer is MoE), written as feed_forward_length
+        num_hidden_layers=4,
+        num_attention_heads=4,          # head_dim = 256 / 4 = 64
+        num_key_value_heads=2,
+        hidden_act="silu",
+        max_position_embeddings=4096,
+        initializer_range=0.02,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        use_sliding_window=False,
+        decoder_sparse_step=1,
+        moe_intermediate_size=256,      # K-quant rows need multiples of 256
+        num_experts_per_tok=2,
+        num_experts=8,
+        norm_topk_prob=True,
+        output_router_logits=False,
+        router_aux_loss_coef=0.01,
+        mlp_only_layers=[],
+        bos_token_id=vocab["bos_token_id"],
+        eos_token_id=vocab["eos_token_id"],
+        pad_token_id=vocab["padding_token_id"],
+    )
+    try:
+        cfg = transformers.Qwen3MoeConfig(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **kw)
+    except TypeError:
+        cfg = transformers.Qwen3MoeConfig(rope_theta=1e6, **kw)
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    theta = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
+    assert theta == 1e6, f"rope theta is {theta}"
+    assert getattr(cfg, "head_dim", 64) in (None, 64)
+    return cfg
+
+
+ARCHS = {
+    "qwen3moe": dict(
+        name="qwen3moe-mini",
+        hf_class="Qwen3MoeForCausalLM",
+        make_config=qwen3moe_config,
+        vocab_gguf="models/qwen3-mini-F16.gguf",     # the mini Qwen BPE (8192 ranks + 26 specials, 8320 rows)
+        gguf_pre="qwen2",                            # tokenizer.ggml.pre the converter must write
+        prompts_ref="refs/qwen3-mini.ref.json",      # prompts (text + expected ids) reused
+        tokenizer_ref="qwen-mini",                   # entry of refs/tokenizer.ref.json that must match
+        chat_template_ref="qwen3-chat-template",
+        # Qwen2's pre-tokenizer regex (split digits one by one), as in Qwen's tokenizer.json
+        split_regex=r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+        normalizer="NFC",
+    ),
+}
+
+LLAMACPP_NPM_VERSION = "3.21.1"   # node-llama-cpp release whose bundled llama.cpp ../shared/tools/llamacpp-src pins
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------------------
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def import_gguf(work: Path | None):
+    cands = []
+    if work is not None:
+        cands.append(work / "conv" / "gguf-py")
+    cands.append(Path("/tmp/llamacpp/root/usr/lib/python3/dist-packages"))
+    for c in cands:
+        if c.is_dir() and str(c) not in sys.path:
+            sys.path.insert(0, str(c))
+    import gguf  # noqa: E402
+    return gguf
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stage fetch-converter (here)
+# ----------------------------------------------------------------------------------------------------------------
+
+def stage_fetch_converter(args):
+    dest = Path(args.dir).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(subprocess.check_output(["mktemp", "-d"], text=True).strip())
+    try:
+        subprocess.check_call(f"npm pack --silent node-llama-cpp@{LLAMACPP_NPM_VERSION} >/dev/null && "
+                              f"tar xzf node-llama-cpp-*.tgz && git clone -q package/llama/gitRelease.bundle llama.cpp",
+                              shell=True, cwd=tmp)
+        src = tmp / "llama.cpp"
+        commit = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=src, text=True).strip()
+        for p in ("convert_hf_to_gguf.py", "conversion", "gguf-py", "LICENSE"):
+            d = dest / p
+            if d.is_dir():
+                shutil.rmtree(d)
+            (shutil.copytree if (src / p).is_dir() else shutil.copy2)(src / p, d)
+        (dest / "COMMIT").write_text(f"node-llama-cpp@{LLAMACPP_NPM_VERSION} llama.cpp {commit}\n")
+        log(f"converter of llama.cpp {commit} in {dest}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stage prep (here)
+# ----------------------------------------------------------------------------------------------------------------
+
+def corpus_files():
+    """English first (weighted x3 in training), then code."""
+    eng = [REPO / "README.md"] + sorted(REPO.glob("bench/*.md")) + sorted(SHARED.glob("design/*.md")) \
+        + sorted(SHARED.glob("design/*.txt"))
+    code = []
+    for pat in ("src/**/*.h", "src/**/*.cpp", "src/**/*.cu", "src/**/*.cuh", "app/**/*.cpp", "app/**/*.h",
+                "bench/*.cpp", "bench/*.h", "bench/*.sh", "scripts/*.py", "scripts/*.sh", "tests/**/*.cpp",
+                "tests/**/*.h"):
+        code += sorted(REPO.glob(pat))
+    return [p for p in eng if p.is_file()], [p for p in code if p.is_file() and p.stat().st_size < 200_000]
+
+
+def stage_prep(args):
+    spec = ARCHS[args.arch]
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if args.converter:
+        conv = work / "conv"
+        if conv.exists():
+            shutil.rmtree(conv)
+        shutil.copytree(Path(args.converter), conv)
+    gguf = import_gguf(work)
+
+    r = gguf.GGUFReader(str(SHARED / spec["vocab_gguf"]))
+    f = r.fields
+
+    def val(k):
+        return f[k].contents() if k in f else None
+
+    tokens = val("tokenizer.ggml.tokens")
+    types = [int(t) for t in val("tokenizer.ggml.token_type")]
+    merges = val("tokenizer.ggml.merges")
+    assert val("tokenizer.ggml.model") == "gpt2" and val("tokenizer.ggml.pre") == spec["gguf_pre"]
+    n_bpe = 1 + max(i for i, t in enumerate(types) if t == 1)          # NORMAL tokens: 0 .. n_bpe-1
+    assert all(t == 1 for t in types[:n_bpe]) and len(merges) == n_bpe - 256
+    added = [(i, tokens[i], types[i] == 3) for i in range(n_bpe, len(tokens)) if types[i] in (3, 4)]
+    vocab = dict(
+        source=spec["vocab_gguf"],
+        n_rows=len(tokens), n_bpe=n_bpe, tokens=tokens[:n_bpe], merges=merges,
+        added=[dict(id=i, content=c, special=s) for i, c, s in added],
+        chat_template=val("tokenizer.chat_template"),
+        bos_token_id=int(val("tokenizer.ggml.bos_token_id")), eos_token_id=int(val("tokenizer.ggml.eos_token_id")),
+        padding_token_id=int(val("tokenizer.ggml.padding_token_id")),
+        add_bos_token=bool(val("tokenizer.ggml.add_bos_token")),
+    )
+    (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    log(f"vocab: {n_bpe} BPE tokens, {len(merges)} merges, {len(added)} added, {len(tokens)} rows")
+
+    eng, code = corpus_files()
+    docs = dict(english=[p.read_text(errors="replace") for p in eng], code=[p.read_text(errors="replace") for p in code])
+    (work / "corpus.json").write_text(json.dumps(docs, ensure_ascii=False))
+    log(f"corpus: {len(eng)} English files ({sum(map(len, docs['english']))} chars), "
+        f"{len(code)} code files ({sum(map(len, docs['code']))} chars)")
+
+    pref = json.loads((SHARED / spec["prompts_ref"]).read_text())
+    prompts = [dict(text=p["text"], ids=p["ids"]) for p in pref["prompts"]]
+    (work / "prompts.json").write_text(json.dumps(prompts, ensure_ascii=False))
+    tref = json.loads((SHARED / "refs/tokenizer.ref.json").read_text())
+    (work / "tokref.json").write_text(json.dumps(dict(strings=tref[spec["tokenizer_ref"]],
+                                                      chat=tref.get(spec["chat_template_ref"])), ensure_ascii=False))
+    log(f"prompts: {len(prompts)}; work folder {work}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stage build (GPU)
+# ----------------------------------------------------------------------------------------------------------------
+
+def build_tokenizer(spec, vocab, hf_dir: Path):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    import transformers
+
+    v = {t: i for i, t in enumerate(vocab["tokens"])}
+    merges = [tuple(m.split(" ")) for m in vocab["merges"]]
+    assert all(len(m) == 2 for m in merges)
+    bpe = models.BPE(vocab=v, merges=merges, dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False)
+    tok = Tokenizer(bpe)
+    tok.normalizer = getattr(normalizers, spec["normalizer"])()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(spec["split_regex"]), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.decoder = decoders.ByteLevel()
+    for a in vocab["added"]:
+        at = AddedToken(a["content"], special=a["special"], normalized=False, single_word=False,
+                        lstrip=False, rstrip=False)
+        (tok.add_special_tokens if a["special"] else tok.add_tokens)([at])
+        assert tok.token_to_id(a["content"]) == a["id"], (a, tok.token_to_id(a["content"]))
+
+    def name(i):
+        return None if i is None else tok.id_to_token(i)
+
+    fast_cls = getattr(transformers, "PreTrainedTokenizerFast", None) or getattr(transformers, "TokenizersBackend")
+    fast = fast_cls(
+        tokenizer_object=tok, bos_token=None, eos_token=name(vocab["eos_token_id"]),
+        pad_token=name(vocab["padding_token_id"]), unk_token=None, clean_up_tokenization_spaces=False,
+        model_max_length=4096, chat_template=vocab["chat_template"])
+    fast.save_pretrained(str(hf_dir))
+    # what Qwen's tokenizer_config.json says besides, so that the converter writes the same GGUF keys
+    tc_path = hf_dir / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc.update(add_bos_token=vocab["add_bos_token"], add_prefix_space=False, errors="replace",
+              chat_template=vocab["chat_template"])
+    tc_path.write_text(json.dumps(tc, ensure_ascii=False, indent=2))
+    return transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+
+
+def check_tokenizer(hf_tok, tokref, prompts):
+    bad = 0
+    for e in tokref["strings"]:
+        ids = hf_tok.encode(e["text"], add_special_tokens=False)
+        dec = hf_tok.decode(e["ids"], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if ids != e["ids"] or dec != e["decoded"]:
+            bad += 1
+            log(f"TOKENIZER MISMATCH {e['text']!r}: {ids} vs {e['ids']}; decoded {dec!r} vs {e['decoded']!r}")
+    log(f"tokenizer: {len(tokref['strings']) - bad}/{len(tokref['strings'])} reference strings match")
+    for p in prompts:
+        ids = hf_tok.encode(p["text"], add_special_tokens=False)
+        if ids != p["ids"]:
+            bad += 1
+            log(f"PROMPT MISMATCH {p['text']!r}: {ids} vs {p['ids']}")
+    chat = tokref.get("chat")
+    if chat:
+        got = hf_tok.apply_chat_template(chat["messages"], tokenize=False, add_generation_prompt=True)
+        log("chat template: " + ("matches" if got == chat["rendered_with_generation_prompt"]
+                                 else f"DIFFERS (not fatal): {got!r}"))
+    return bad
+
+
+def round_f16_bf16(torch, model):
+    """Every weight to a value exact in both F16 and BF16: BF16 rounding, then |x| < 2^-14 (F16 subnormal) -> 0."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            x = p.data.float().to(torch.bfloat16).float()
+            x[x.abs() < 2.0 ** -14] = 0.0
+            assert x.abs().max().item() <= 65504.0, n
+            assert torch.equal(x.half().float(), x) and torch.equal(x.bfloat16().float(), x), n
+            p.data.copy_(x)
+
+
+def set_eager_experts(model):
+    ok = False
+    if hasattr(model, "set_experts_implementation"):
+        try:
+            model.set_experts_implementation("eager")
+            ok = True
+        except Exception as e:  # noqa: BLE001
+            log(f"set_experts_implementation failed: {e}")
+    if not ok:
+        try:
+            model.config._experts_implementation = "eager"
+        except Exception as e:  # noqa: BLE001
+            log(f"cannot set _experts_implementation: {e}")
+    return getattr(model.config, "_experts_implementation", None)
+
+
+def run_converter(work: Path, spec, hf_dir: Path, outtype: str, outfile: Path):
+    """llama.cpp's convert_hf_to_gguf.py, with tokenizer.ggml.pre forced: the mini BPE's fingerprint (a hash of how
+    it splits a test string) is unknown to the converter, though its pre-tokenizer is exactly Qwen's."""
+    conv = work / "conv"
+    code = f"""
+import sys, runpy
+sys.path.insert(0, {str(conv)!r}); sys.path.insert(1, {str(conv / 'gguf-py')!r})
+import conversion.base as cb
+for c in list(vars(cb).values()):
+    if isinstance(c, type) and 'get_vocab_base_pre' in vars(c):
+        c.get_vocab_base_pre = lambda self, tokenizer: {spec['gguf_pre']!r}
+sys.argv = ['convert_hf_to_gguf.py', {str(hf_dir)!r}, '--outtype', {outtype!r}, '--outfile', {str(outfile)!r},
+            '--model-name', {spec['name']!r}]
+runpy.run_path({str(conv / 'convert_hf_to_gguf.py')!r}, run_name='__main__')
+"""
+    t = time.time()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    tail = (r.stdout + r.stderr)[-3000:]
+    if r.returncode != 0 or not outfile.exists():
+        log(tail)
+        raise SystemExit(f"converter failed ({outtype}) rc={r.returncode}")
+    log(f"converter {outtype}: {outfile.name} {outfile.stat().st_size} bytes in {time.time() - t:.1f}s")
+    return tail
+
+
+def stage_build(args):
+    import torch
+    import transformers
+
+    spec = ARCHS[args.arch]
+    work = Path(args.work).resolve()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    hf_dir = out / "hf"
+    hf_dir.mkdir(exist_ok=True)
+    torch.manual_seed(args.seed)
+    log(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
+    dev = "cuda"
+
+    vocab = json.loads((work / "vocab.json").read_text())
+    prompts = json.loads((work / "prompts.json").read_text())
+    tokref = json.loads((work / "tokref.json").read_text())
+
+    # (a) tokenizer
+    hf_tok = build_tokenizer(spec, vocab, hf_dir)
+    if check_tokenizer(hf_tok, tokref, prompts):
+        raise SystemExit("tokenizer does not match the references")
+
+    # (b) model
+    cfg = spec["make_config"](transformers, vocab)
+    cls = getattr(transformers, spec["hf_class"])
+    model = cls(cfg)
+    log(f"experts implementation: {set_eager_experts(model)}; attention: {model.config._attn_implementation}")
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params} parameters")
+    log(model)
+
+    # converter dry run on the untrained model, so that a converter problem costs no training
+    dry = out / "dry"
+    round_f16_bf16(torch, model)
+    model.save_pretrained(str(dry))
+    for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (hf_dir / fn).exists():
+            shutil.copy2(hf_dir / fn, dry / fn)
+    run_converter(work, spec, dry, "f16", out / "dry.gguf")
+    shutil.rmtree(dry)
+    (out / "dry.gguf").unlink()
+
+    # (c) training
+    corpus = json.loads((work / "corpus.json").read_text())
+    eos = vocab["eos_token_id"]
+    docs = corpus["english"] * 3 + corpus["code"]
+    enc = hf_tok(docs, add_special_tokens=False)["input_ids"]
+    stream = []
+    for ids in enc:
+        stream += ids + [eos]
+    data = torch.tensor(stream, dtype=torch.long, device=dev)
+    log(f"training tokens: {len(stream)}")
+    model.to(dev).train()
+    seq, bs = args.seq, args.batch
+    ar = torch.arange(seq, device=dev)[None, :]
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([dict(params=decay, weight_decay=0.1), dict(params=no_decay, weight_decay=0.0)],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    coef = cfg.router_aux_loss_coef
+    t0 = time.time()
+    step, ce_hist = 0, []
+    while True:
+        el = time.time() - t0
+        if el >= args.train_seconds:
+            break
+        frac = el / args.train_seconds
+        lr = args.lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + __import__("math").cos(3.14159265 * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ix = torch.randint(0, len(stream) - seq - 1, (bs, 1), device=dev)
+        x = data[ix + ar]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            o = model(input_ids=x, labels=x, output_router_logits=True)
+        loss = o.loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 25 == 0:
+            ce = (o.loss - coef * o.aux_loss).item() if o.aux_loss is not None else o.loss.item()
+            ce_hist.append(ce)
+            if step % 250 == 0:
+                log(f"step {step} t={el:.0f}s lr={lr:.2e} ce={ce:.3f} aux={o.aux_loss.item():.3f}")
+    seconds = time.time() - t0
+    final = sum(ce_hist[-8:]) / max(1, len(ce_hist[-8:]))
+    train = dict(steps=step, seconds=round(seconds, 1), final_train_loss=round(final, 3))
+    log(f"train: {train}")
+
+    # rounding + (d) HF folder
+    model.eval()
+    round_f16_bf16(torch, model)
+    model.config.output_router_logits = False
+    model.to(torch.bfloat16).save_pretrained(str(hf_dir))
+    hf_tok.save_pretrained(str(hf_dir))
+    tc_path = hf_dir / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc.update(add_bos_token=vocab["add_bos_token"], add_prefix_space=False, errors="replace",
+              chat_template=vocab["chat_template"])
+    tc_path.write_text(json.dumps(tc, ensure_ascii=False, indent=2))
+    (hf_dir / "train.json").write_text(json.dumps(train))
+    del model, opt
+    torch.cuda.empty_cache()
+
+    # (e) float64 references on the saved weights
+    kw = dict(dtype=torch.float64, attn_implementation="eager")
+    try:
+        ref = cls.from_pretrained(str(hf_dir), experts_implementation="eager", **kw)
+    except TypeError:
+        ref = cls.from_pretrained(str(hf_dir), **kw)
+    log(f"reference: experts {set_eager_experts(ref)}, attention {ref.config._attn_implementation}, "
+        f"dtype {next(ref.parameters()).dtype}")
+    ref.to(dev).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    V = ref.config.vocab_size
+    res, full = [], []
+    n_floats = 0
+    usage = torch.zeros(cfg.num_hidden_layers, cfg.num_experts, dtype=torch.long)
+    with torch.no_grad():
+        for pi, p in enumerate(prompts):
+            ids = hf_tok.encode(p["text"], add_special_tokens=False)
+            assert ids == p["ids"]
+            o = ref(input_ids=torch.tensor([ids], device=dev), output_router_logits=True)
+            lg = o.logits[0].double()
+            for li, rl in enumerate(o.router_logits or []):
+                sel = torch.topk(rl.float(), cfg.num_experts_per_tok, dim=-1).indices.flatten().cpu()
+                usage[li] += torch.bincount(sel, minlength=cfg.num_experts)
+            tv, ti = torch.topk(lg, 10, dim=-1)
+            e = dict(text=p["text"], ids=ids, top10_ids=ti.tolist(),
+                     top10_logits=[[round(float(x), 6) for x in row] for row in tv.tolist()])
+            if pi < 2:
+                e["full_logits_offset_floats"] = n_floats
+                e["full_logits_shape"] = [len(ids), V]
+                full.append(lg.float().cpu().numpy().tobytes())
+                n_floats += len(ids) * V
+            seqi = list(ids)
+            g_ids, g_top5 = [], []
+            for _ in range(args.n_greedy):
+                last = ref(input_ids=torch.tensor([seqi], device=dev)).logits[0, -1].double()
+                tv5, ti5 = torch.topk(last, 5)
+                g_top5.append(dict(ids=ti5.tolist(), logits=[round(float(x), 6) for x in tv5.tolist()]))
+                nxt = int(ti5[0])
+                g_ids.append(nxt)
+                seqi.append(nxt)
+            e["greedy_ids"] = g_ids
+            e["greedy_text"] = hf_tok.decode(g_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            e["greedy_top5"] = g_top5
+            res.append(e)
+            margin = min(t["logits"][0] - t["logits"][1] for t in g_top5)
+            log(f"prompt {pi}: {len(ids)} ids, greedy {e['greedy_text'][:90]!r} (smallest top1-top2 margin {margin:.4f})")
+    log(f"experts chosen per layer over the prompts: {usage.tolist()}")
+    doc = dict(model=spec["name"], dtype_of_reference="float64 (HF transformers, eager attention)", train=train,
+               prompts=res)
+    (out / f"{spec['name']}.ref.json").write_text(json.dumps(doc, ensure_ascii=False))
+    (out / f"{spec['name']}.logits.f32").write_bytes(b"".join(full))
+    del ref
+    torch.cuda.empty_cache()
+
+    # GGUF by llama.cpp's converter
+    for t, T in (("f16", "F16"), ("bf16", "BF16")):
+        tail = run_converter(work, spec, hf_dir, t, out / f"{spec['name']}-{T}.gguf")
+        (out / f"convert-{T}.log").write_text(tail)
+    log("build done")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stage llamacpp (here)
+# ----------------------------------------------------------------------------------------------------------------
+
+def stage_llamacpp(args):
+    import urllib.request
+
+    spec = ARCHS[args.arch]
+    ref = json.loads(Path(args.ref).read_text())
+    tool = str(SHARED / "tools/llamacpp")
+    ver = subprocess.run([tool, "llama-cli", "--version"], capture_output=True, text=True)
+    vline = next((l for l in (ver.stdout + ver.stderr).splitlines() if l.startswith("version:")), "version: ?")
+    engine = f"llama.cpp (Debian build {vline.split()[1]}, CPU)"
+    eog = set(args.eog)
+    for gg in args.gguf:
+        gg = Path(gg)
+        port = args.port
+        srv = subprocess.Popen([tool, "llama-server", "-m", str(gg), "--port", str(port), "-c", "512", "-np", "1",
+                                "-t", str(args.threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(120):
+                try:
+                    if b"ok" in urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read():
+                        break
+                except Exception:  # noqa: BLE001
+                    time.sleep(0.5)
+            prompts = []
+            for p in ref["prompts"]:
+                body = json.dumps(dict(prompt=p["ids"], n_predict=len(p["greedy_ids"]), temperature=0, n_probs=5,
+                                       return_tokens=True, cache_prompt=False)).encode()
+                rq = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
+                                            headers={"Content-Type": "application/json"})
+                d = json.loads(urllib.request.urlopen(rq, timeout=300).read())
+                toks = d["tokens"]
+                upto = toks[:-1] if toks and (d.get("stop_type") == "eos" or toks[-1] in eog) else toks
+                agree = 0
+                for a, b in zip(upto, p["greedy_ids"]):
+                    if a != b:
+                        break
+                    agree += 1
+                top5 = d["completion_probabilities"][0]["top_logprobs"] if d.get("completion_probabilities") else []
+                prompts.append(dict(text=p["text"], ids=p["ids"], llamacpp_greedy_ids=toks, llamacpp_first_top5=top5,
+                                    agree_with_float64_reference=agree, of=len(upto)))
+        finally:
+            srv.terminate()
+            srv.wait(timeout=30)
+        doc = {"model": gg.name, "engine": engine, "sampling": "greedy, stops at end-of-generation",
+               "prompts": prompts}
+        name = gg.name[:-len(".gguf")]
+        dst = Path(args.outdir) / f"{name}.llamacpp.json"
+        dst.write_text(json.dumps(doc, ensure_ascii=False, indent=0))
+        log(f"{gg.name}: " + ", ".join(f"{q['agree_with_float64_reference']}/{q['of']}" for q in prompts)
+            + f"  -> {dst}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("arch", choices=sorted(ARCHS))
+    sub = ap.add_subparsers(dest="stage", required=True)
+    s = sub.add_parser("fetch-converter")
+    s.add_argument("dir")
+    s = sub.add_parser("prep")
+    s.add_argument("--work", required=True, help="ignored folder to carry to the GPU machine")
+    s.add_argument("--converter", help="folder written by fetch-converter (copied to WORK/conv)")
+    s = sub.add_parser("build")
+    s.add_argument("--work", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--train-seconds", type=float, default=150.0)
+    s.add_argument("--batch", type=int, default=32)
+    s.add_argument("--seq", type=int, default=256)
+    s.add_argument("--lr", type=float, default=2e-3)
+    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--n-greedy", type=int, default=48)
+    s = sub.add_parser("llamacpp")
+    s.add_argument("--ref", required=True)
+    s.add_argument("--outdir", required=True)
+    s.add_argument("--port", type=int, default=18123)
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--eog", type=int, nargs="+", default=[8192, 8194])
+    s.add_argument("gguf", nargs="+")
+    args = ap.parse_args()
+    dict(**{"fetch-converter": stage_fetch_converter, "prep": stage_prep, "build": stage_build,
+            "llamacpp": stage_llamacpp})[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()
