@@ -75,7 +75,12 @@ fuzz() {  # fuzz SECONDS: every target in turn; a crash, leak or timeout fails t
 # first report is still that one (libcpp-httplib.so.0.11, memcmp against an httplib worker's allocation);
 # suppressing it (called_from_lib:libcpp-httplib.so) only brings up the next, std::regex state copied
 # inside the library's client on the test's threads: the library has to be built with TSan first.
-tsan_skip='^Streaming\.ThirtyTwoConcurrentGreedyStreamsEqualEachAlone$'
+# The same report (memcmp in one httplib worker on a block another httplib worker allocated, every frame
+# the library's or std::thread's) comes 4 runs in 6 (2026-12-07) from
+# Streaming.DisconnectBeforeAWholeAnswerFreesBlocksWithinOneSecond, which polls /metrics on other
+# connections while its raw client hangs up: it too is left out here until the library is built with
+# TSan, and runs in the ASan and plain suites.
+tsan_skip='^Streaming\.(ThirtyTwoConcurrentGreedyStreamsEqualEachAlone|DisconnectBeforeAWholeAnswerFreesBlocksWithinOneSecond)$'
 
 tsan() {
   configure build-tsan thread
