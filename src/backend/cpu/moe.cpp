@@ -65,9 +65,8 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
     for (int64_t t = 0; t < nt; ++t)
         moe_route(logits + t * o.n_expert, o.n_expert, k, o.gating, o.norm, s.ids.data() + t * k,
                   s.weights.data() + t * k);
-    std::vector<int64_t> first;
-    std::vector<int32_t> where;
-    group_by_expert(s.ids, o.n_expert, s.order, first, where);
+    group_by_expert(s.ids, o.n_expert, s.order, s.first, s.where);
+    const std::vector<int64_t>& first = s.first;
     s.x.resize(size_t(slots * d));
     s.gate.resize(size_t(slots * f));
     s.up.resize(size_t(slots * f));
@@ -92,7 +91,7 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
             std::fill_n(yt, d, 0.0f);
             for (int64_t j = 0; j < k; ++j) {
                 const float p = s.weights[size_t(t * k + j)];
-                const float* r = s.out.data() + int64_t(where[size_t(t * k + j)]) * d;
+                const float* r = s.out.data() + int64_t(s.where[size_t(t * k + j)]) * d;
                 for (int64_t i = 0; i < d; ++i) yt[i] += p * r[i];
             }
         }

@@ -37,6 +37,8 @@ struct MoeExperts {
 // Buffers moe_ffn grows and reuses across calls.
 struct MoeScratch {
     std::vector<int32_t> ids, order;  // [nt * k] routing; (t, j) pairs grouped by expert
+    std::vector<int32_t> where;       // [nt * k] each pair's index in order
+    std::vector<int64_t> first;       // [n_expert + 1] where each expert's pairs begin in order
     std::vector<float> weights;       // [nt * k]
     std::vector<float> x, gate, up, out;
 };
