@@ -37,6 +37,8 @@ json hparams_json(const Hparams& hp) {
                         {"n_ff", hp.n_ff_exp},
                         {"gating", expert_gating_name(hp.expert_gating)},
                         {"norm", hp.expert_norm}};
+    if (hp.n_swa > 0) j["sliding_window"] = hp.n_swa;
+    if (hp.rope_freq_scale != 1.0f) j["rope_scale"] = hp.rope_freq_scale;
     return j;
 }
 

@@ -31,13 +31,14 @@ using minfer::GgufValueType;
 using minfer::SynthSpec;
 
 // The shape of a preset: arch, layers, embd, heads, kv heads, head_dim, ff, vocab, ctx, tied, and for a
-// mixture of experts: experts, experts per token, expert width.
+// mixture of experts: experts, experts per token, expert width; for sliding-window layers the window.
 struct Shape {
     const char* arch;
     int n_layer;
     int64_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     bool tied;
     int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    int64_t n_swa = 0;
 };
 
 SynthSpec preset(const std::string& name) {
@@ -50,6 +51,7 @@ SynthSpec preset(const std::string& name) {
         {"llama3-8b", {"llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, false}},
         {"llama3-70b", {"llama", 80, 8192, 64, 8, 128, 28672, 128256, 8192, false}},
         {"qwen3-30b-a3b", {"qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768}},
+        {"gemma3-12b", {"gemma3", 48, 3840, 16, 8, 256, 15360, 262208, 131072, true, 0, 0, 0, 1024}},
     };
     const auto it = presets.find(name);
     if (it == presets.end()) throw minfer::Error("unknown preset " + name);
@@ -61,6 +63,7 @@ SynthSpec preset(const std::string& name) {
     s.n_ff = p.n_ff, s.n_vocab = p.n_vocab, s.n_ctx_train = p.n_ctx_train;
     s.tied_output = p.tied;
     s.n_expert = p.n_expert, s.n_expert_used = p.n_expert_used, s.n_ff_exp = p.n_ff_exp;
+    s.n_swa = p.n_swa;
     return s;
 }
 
@@ -132,7 +135,8 @@ int main(int argc, char** argv) {
     uint64_t seed = 1;
     app.add_option(
            "preset", preset_name,
-           "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b qwen3-30b-a3b")
+           "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b qwen3-30b-a3b "
+           "gemma3-12b")
         ->required();
     app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0")->required();
     app.add_option("out", out, "Output GGUF")->required();

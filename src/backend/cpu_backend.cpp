@@ -179,10 +179,10 @@ void KvIndexData::check(const std::string& node, int64_t n_slots, int64_t nt) co
 // Rows 0..n-1 of one KV head (columns [c0, c0 + hd) of each row) of a compact region, as f32 rows of hd:
 // the attention kernels then run on them as on an f32 region, so every KV type gets their arithmetic.
 void kv_head_to_f32(const KvCache::Region& r, const KvIndexData& at, int64_t t, int64_t c0, int64_t hd,
-                    int64_t n, float* k, float* v) {
+                    int64_t first, int64_t n, float* k, float* v) {
     const QuantTraits& q = *quant_traits(r.type);
     const size_t off = size_t(c0 / q.block_size) * q.type_size;  // heads start on a block boundary
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = first; j < n; ++j) {
         const int64_t s = at.slot_of(t, j);
         q.to_float(r.k_row(s) + off, k + j * hd, hd);
         q.to_float(r.v_row(s) + off, v + j * hd, hd);
@@ -193,6 +193,7 @@ void kv_head_to_f32(const KvCache::Region& r, const KvIndexData& at, int64_t t, 
 
 void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     const auto& m = std::get<meta::Attn>(n.meta);
+    const auto& o = std::get<op::Attn>(n.op);
     const KvCache::Region& r = bufs.kv().layer(m.layer);
     const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
     const KvIndexData at = kv_index(n, bufs, m.paging, r.n_ctx, nt);
@@ -204,17 +205,18 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
     if (!f32) kv_scratch_.resize(size_t(pool_.size() * 2 * r.n_ctx * m.hd_kv));
     pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
         const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv, n_kv = int64_t(at.pos[t]) + 1;
+        const int64_t first = o.first_position(at.pos[t]);
         const float* qt = q + t * q_stride + j * group * m.hd;
         cpu::KvRows rows{reinterpret_cast<const float*>(r.k.data()) + j * m.hd_kv,
                          reinterpret_cast<const float*>(r.v.data()) + j * m.hd_kv, r.n_embd, at.blocks(t),
                          at.shift};
         if (!f32) {  // this head's rows as f32, contiguous
             float* k = kv_scratch_.data() + ith * 2 * r.n_ctx * m.hd_kv;
-            kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, n_kv, k, k + r.n_ctx * m.hd_kv);
+            kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, first, n_kv, k, k + r.n_ctx * m.hd_kv);
             rows = cpu::contiguous_rows(k, k + r.n_ctx * m.hd_kv, m.hd_kv, n_kv);
         }
-        cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, n_kv, m.scale,
-                       scratch_.data() + ith * group * r.n_ctx);
+        cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, first, n_kv,
+                       m.scale, scratch_.data() + ith * group * r.n_ctx);
     });
 }
 
@@ -246,8 +248,8 @@ void CpuBackend::qkv_epilogue(const CNode& n, int64_t nt, float* q, float* k, co
             for (int64_t h = 0; h < m.n_head_kv; ++h)
                 cpu::rms_norm(kt + h * hd, wk, kt + h * hd, hd, m.norm_eps);
         }
-        cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
-        cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, neox);
+        cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, m.rope.freq_scale, neox);
+        cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, m.rope.freq_scale, neox);
     }
     kv_store_rows(
         r, nt, [&](int64_t t) { return at.physical(t); }, k, v);
@@ -331,7 +333,7 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                 const int32_t* pos = ids_of(bufs, n.src[1]);
                 std::memcpy(out, in(0), size_t(numel) * sizeof(float));
                 rows(nt, [&](int64_t t) {
-                    cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base,
+                    cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base, m.freq_scale,
                               o.style == RopeStyle::Neox);
                 });
             },
@@ -347,6 +349,10 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
             [&](const op::SwiGLU&) {
                 rows(nt, [&](int64_t t) { cpu::swiglu(in(0) + t * d, in(1) + t * d, out + t * d, d); });
             },
+            [&](const op::GeGLU&) {
+                rows(nt, [&](int64_t t) { cpu::geglu(in(0) + t * d, in(1) + t * d, out + t * d, d); });
+            },
+            [&](const op::Scale& o) { cpu::scale(in(0), o.factor, out, numel); },
             [&](const op::ArgMax&) {
                 const int64_t w = g[n.src[0]].shape[0];  // [w, n] -> [n]
                 auto* ids = reinterpret_cast<int32_t*>(out);

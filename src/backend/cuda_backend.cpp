@@ -32,10 +32,13 @@ bool CudaBackend::supports(const CNode& n) const {
     if (std::holds_alternative<op::AllReduce>(n.op) || std::holds_alternative<op::AllGather>(n.op))
         return impl_->opt.nccl != nullptr;
     if (const auto* rows = std::get_if<op::GetRows>(&n.op); rows && rows->shard) return false;
-    // The KV regions on the device hold f32 rows.
+    // The KV regions on the device hold f32 rows. Sliding-window layers keep theirs on the host, where
+    // their attention runs (the device kernels attend causally only, for now).
+    if (const auto* a = std::get_if<op::Attn>(&n.op); a && a->mode == AttnMode::SlidingWindow) return false;
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
-    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32;
-    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.type == GgmlType::F32;
+    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32 && kv->window == 0;
+    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
+        return f->kv.type == GgmlType::F32 && f->kv.window == 0;
     // The fused gate/up kernel is a matvec: at most kMaxMatvecTokens columns.
     if (std::holds_alternative<op::FusedFFN>(n.op)) return n.shape[1] <= cuda::kMaxMatvecTokens;
     // Mixture-of-experts FFNs run on the host for now (the executor moves x, the logits and the output).
@@ -187,19 +190,19 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
 void CudaBackend::Impl::fused_qkv(const ComputeGraph& g, const CNode& n) {
     const auto& m = std::get<meta::FusedQkv>(n.meta);
     const int64_t nt = n.shape[1], nq = m.q.weight.n_out, nkv = m.kv.n_embd;
-    cuda::QkvEpilogue e{
-        {m.rope.n_head, m.rope.head_dim, m.rope.n_rot, m.rope.freq_base, m.style == RopeStyle::Neox},
-        m.n_head_kv,
-        vec(m.q.bias),
-        vec(m.k.bias),
-        vec(m.v.bias),
-        vec(m.q_norm),
-        vec(m.k_norm),
-        m.norm_eps,
-        nq,
-        nkv,
-        nkv,
-        rope_table_for(m.rope)};
+    cuda::QkvEpilogue e{{m.rope.n_head, m.rope.head_dim, m.rope.n_rot, m.rope.freq_base,
+                         m.style == RopeStyle::Neox, m.rope.freq_scale},
+                        m.n_head_kv,
+                        vec(m.q.bias),
+                        vec(m.k.bias),
+                        vec(m.v.bias),
+                        vec(m.q_norm),
+                        vec(m.k_norm),
+                        m.norm_eps,
+                        nq,
+                        nkv,
+                        nkv,
+                        rope_table_for(m.rope)};
     const float *q = dev(n.src[0]), *k = nullptr, *v = nullptr;
     if (std::holds_alternative<op::QkvBiasRopeStore>(n.op)) {  // the projections ran as their own nodes
         k = dev(n.src[1]);
@@ -292,8 +295,10 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             },
             [&](const op::Rope& o) {
                 const auto& m = std::get<meta::Rope>(n.meta);
-                cuda::rope(in(0), out, ids(n.src[1]), nt,
-                           {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox}, s);
+                cuda::rope(
+                    in(0), out, ids(n.src[1]), nt,
+                    {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox, m.freq_scale},
+                    s);
             },
             [&](const op::Attn&) {
                 const bool prefill = nt > cuda::kMaxMatvecTokens;
@@ -324,6 +329,8 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             [&](const op::Mul&) { cuda::mul(in(0), in(1), out, numel, s); },
             [&](const op::Silu&) { cuda::silu(in(0), out, numel, s); },
             [&](const op::SwiGLU&) { cuda::swiglu(in(0), in(1), out, numel, s, half_out(g, n)); },
+            [&](const op::GeGLU&) { cuda::geglu(in(0), in(1), out, numel, s); },
+            [&](const op::Scale& o) { cuda::scale(in(0), o.factor, out, numel, s); },
             [&](const op::ArgMax&) {
                 cuda::argmax_rows(in(0), g[n.src[0]].shape[0], d, reinterpret_cast<int32_t*>(out), s);
             },

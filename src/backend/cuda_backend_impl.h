@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -150,7 +151,7 @@ struct CudaBackend::Impl {
     int64_t gemm_tokens = cuda::kMaxMatvecTokens + 1;
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
-    std::pair<int64_t, float> rope_key{};  // n_rot and freq_base the table was filled for
+    std::tuple<int64_t, float, float> rope_key{};  // n_rot, freq_base and freq_scale the table was filled for
     uint64_t launches = 0, captures = 0;
 
     // opt.profile: every node timed alone with CUDA events; a per-op table at exit.
@@ -249,7 +250,7 @@ struct CudaBackend::Impl {
     void choose_host_outputs(const ComputeGraph& g);
     // The RoPE table if it was filled for these rotary parameters, else none (the angles are evaluated).
     cuda::RopeTable rope_table_for(const meta::Rope& r) const {
-        return rope_key == std::pair{r.n_rot, r.freq_base} ? rope_tab : cuda::RopeTable{};
+        return rope_key == std::tuple{r.n_rot, r.freq_base, r.freq_scale} ? rope_tab : cuda::RopeTable{};
     }
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 XNode x_node = {});

@@ -115,6 +115,12 @@ NodeId GraphBuilder::add(NodeId a, NodeId b) {
 NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
     return node("swiglu", op::SwiGLU{}, {gate, up}, at(gate).shape);
 }
+NodeId GraphBuilder::geglu(NodeId gate, NodeId up) {
+    return node("geglu", op::GeGLU{}, {gate, up}, at(gate).shape);
+}
+NodeId GraphBuilder::scale(NodeId x, float factor) {
+    return node("scale", op::Scale{factor}, {x}, at(x).shape);
+}
 NodeId GraphBuilder::argmax(NodeId x) {
     return node("argmax", op::ArgMax{}, {x}, {nt(x), 1, 1, 1}, meta::None{}, DType::I32);
 }
@@ -136,10 +142,10 @@ NodeId GraphBuilder::kvcache_load(int layer, const meta::Kv& m) {
     return node("kv_load", op::KvcacheLoad{layer}, {}, {m.n_embd, m.n_ctx, 1, 1}, m);
 }
 
-NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m) {
+NodeId GraphBuilder::attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m, int64_t window) {
+    const op::Attn o = window > 0 ? op::Attn{AttnMode::SlidingWindow, window} : op::Attn{AttnMode::Causal};
     // The output width comes from the metadata, not from q: with FusedQKV, q is a wider concat buffer.
-    return node("attn", op::Attn{AttnMode::Causal}, with_kv_index({q, kv}, at),
-                {m.n_head * m.hd, nt(q), 1, 1}, m);
+    return node("attn", o, with_kv_index({q, kv}, at), {m.n_head * m.hd, nt(q), 1, 1}, m);
 }
 
 NodeId GraphBuilder::fused_qkv(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m) {

@@ -50,6 +50,8 @@ class GraphBuilder {
     NodeId mul(NodeId a, NodeId b);
     NodeId add(NodeId a, NodeId b);
     NodeId swiglu(NodeId gate, NodeId up);
+    NodeId geglu(NodeId gate, NodeId up);  // gelu_tanh(gate) * up
+    NodeId scale(NodeId x, float factor);
     NodeId argmax(NodeId x);  // [d, n] -> [n] i32
     // Tensor-parallel collectives: the sum over the ranks ([d, nt] -> [d, nt]) and the rank-by-rank
     // concatenation of each row ([d, nt] -> [ranks * d, nt]).
@@ -58,7 +60,9 @@ class GraphBuilder {
     NodeId kvcache_store(int layer, NodeId k, NodeId v, const KvIndex& at,
                          const meta::Kv& m);            // [n_embd, n_ctx]
     NodeId kvcache_load(int layer, const meta::Kv& m);  // no sources: a view [n_embd, n_ctx] of the region
-    NodeId attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m);  // -> [n_head * hd, nt]
+    // Causal attention, within a sliding window of `window` positions when window > 0.
+    NodeId attn(NodeId q, NodeId kv, const KvIndex& at, const meta::Attn& m,
+                int64_t window = 0);  // -> [n_head * hd, nt]
 
     // Decode fusions. fused_qkv: -> Q [n_head * hd, nt]; K/V go straight into the layer's region.
     NodeId fused_qkv(int layer, NodeId x, const KvIndex& at, const meta::FusedQkv& m);

@@ -46,6 +46,7 @@ struct MatMul {
 struct Rope {
     int64_t n_head, head_dim, n_rot;
     float freq_base;
+    float freq_scale = 1.0f;  // positions are multiplied by it (linear RoPE scaling: 1 / factor)
     bool operator==(const Rope&) const = default;
 };
 // How a token's KV slot is found: slot = block_table[seq_slot * max_blocks + pos / block] * block +
@@ -71,6 +72,7 @@ struct Kv {
     int64_t n_embd, n_ctx;  // region shape [n_embd, n_ctx]
     Paging paging;
     GgmlType type = GgmlType::F32;  // element type of the rows: F32, F16 or Q8_0
+    int64_t window = 0;  // a sliding-window layer's window: older rows are never read again; 0 = all are
     bool operator==(const Kv&) const = default;
 };
 struct FusedQkv {  // the three projections and everything their epilogue needs

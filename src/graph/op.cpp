@@ -9,11 +9,10 @@ namespace minfer {
 
 const char* op_name(const Op& o) {
     static constexpr const char* names[] = {
-        "Input",    "GetRows",      "RmsNorm",      "QkNorm",      "MatMul",
-        "RoPE",     "Attn",         "KvcacheStore", "KvcacheLoad", "Add",
-        "Mul",      "Silu",         "SwiGLU",       "FusedQKV",    "QkvBiasRopeStore",
-        "FusedFFN", "FusedQkvNorm", "ArgMax",       "AllReduce",   "AllGather",
-        "MoeFfn"};
+        "Input",     "GetRows",      "RmsNorm",          "QkNorm",   "MatMul",       "RoPE",
+        "Attn",      "KvcacheStore", "KvcacheLoad",      "Add",      "Mul",          "Silu",
+        "SwiGLU",    "FusedQKV",     "QkvBiasRopeStore", "FusedFFN", "FusedQkvNorm", "ArgMax",
+        "AllReduce", "AllGather",    "MoeFfn",           "GeGLU",    "Scale"};
     static_assert(std::size(names) == std::variant_size_v<Op>);
     return names[o.index()];
 }
@@ -62,7 +61,13 @@ std::string op_string(const Op& o) {
                          << ", residual: " << (p.residual ? "true" : "false") << " }";
                    },
                    [&](const op::Rope& p) { s << " { style: " << rope_style_name(p.style) << " }"; },
-                   [&](const op::Attn&) { s << " { mode: Causal }"; },
+                   [&](const op::Attn& p) {
+                       if (p.mode == AttnMode::Causal)
+                           s << " { mode: Causal }";
+                       else
+                           s << " { mode: SlidingWindow, window: " << p.window << " }";
+                   },
+                   [&](const op::Scale& p) { s << " { factor: " << p.factor << " }"; },
                    [&](const op::KvcacheStore& p) { s << " { layer: " << p.layer << " }"; },
                    [&](const op::KvcacheLoad& p) { s << " { layer: " << p.layer << " }"; },
                    [&](const op::FusedQKV& p) { s << " { layer: " << p.layer << " }"; },

@@ -11,7 +11,8 @@ namespace minfer {
 
 enum class DType : uint8_t { F32, I32 };
 enum class RopeStyle : uint8_t { Normal, Neox };  // Normal: adjacent pairs; Neox: halves
-enum class AttnMode : uint8_t { Causal };
+// Causal: a query at position p attends to positions 0..p; SlidingWindow: to p - window + 1 .. p only.
+enum class AttnMode : uint8_t { Causal, SlidingWindow };
 // How a mixture-of-experts router turns its logits into expert probabilities (GGUF
 // <arch>.expert_gating_func: 1 softmax, 2 sigmoid).
 enum class ExpertGating : uint8_t { Softmax, Sigmoid };
@@ -47,7 +48,12 @@ struct Rope {
 };
 struct Attn {  // src: [q, kv_load, positions] + [seq_slot, block_table] when paged
     AttnMode mode;
+    int64_t window = 0;  // SlidingWindow: how many positions a query sees, itself included
     bool operator==(const Attn&) const = default;
+    // The first position a query at `pos` attends to.
+    int64_t first_position(int64_t pos) const {
+        return mode == AttnMode::SlidingWindow && pos >= window ? pos - window + 1 : 0;
+    }
 };
 struct KvcacheStore {  // src: [k, v, positions] + [seq_slot, block_table] when paged
     int layer;
@@ -68,6 +74,13 @@ struct Silu {
 };
 struct SwiGLU {  // silu(src0) * src1: what the fusion pass turns Mul(Silu(a), b) into
     bool operator==(const SwiGLU&) const = default;
+};
+struct GeGLU {  // gelu(src0) * src1, GELU in its tanh form (Gemma's gelu_pytorch_tanh)
+    bool operator==(const GeGLU&) const = default;
+};
+struct Scale {  // src0 * factor (Gemma's embedding scale)
+    float factor;
+    bool operator==(const Scale&) const = default;
 };
 // Decode fusions (chosen at build time, gated by GraphParams): one node instead of a chain.
 // src: [x, positions] (+ [seq_slot, block_table] when paged)
@@ -119,7 +132,7 @@ struct MoeFfn {
 using Op = std::variant<op::Input, op::GetRows, op::RmsNorm, op::QkNorm, op::MatMul, op::Rope, op::Attn,
                         op::KvcacheStore, op::KvcacheLoad, op::Add, op::Mul, op::Silu, op::SwiGLU,
                         op::FusedQKV, op::QkvBiasRopeStore, op::FusedFFN, op::FusedQkvNorm, op::ArgMax,
-                        op::AllReduce, op::AllGather, op::MoeFfn>;
+                        op::AllReduce, op::AllGather, op::MoeFfn, op::GeGLU, op::Scale>;
 
 const char* op_name(const Op& op);    // "RmsNorm"
 std::string op_string(const Op& op);  // "RmsNorm { eps: 1e-06 }"

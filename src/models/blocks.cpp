@@ -25,11 +25,16 @@ meta::Paging paging(const GraphParams& p) {
     return {p.cparams.block(), p.cparams.max_blocks()};
 }
 
-meta::Kv kv_meta(const Model& m, const GraphParams& p) {
-    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type};
+meta::Kv kv_meta(const Model& m, const GraphParams& p, const AttnOptions& o) {
+    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type, o.window};
 }
 
-meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p) {
+meta::Rope rope_meta(const Hparams& hp, int64_t n_head, const AttnOptions& o) {
+    return {n_head, hp.head_dim, hp.n_rot, o.rope_base, o.rope_scale};
+}
+
+meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p,
+                              const AttnOptions& o) {
     const Hparams& hp = m.hp;
     return meta::FusedQkv{{l.wq, l.bq},
                           {l.wk, l.bk},
@@ -37,27 +42,27 @@ meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const Graph
                           l.q_norm,
                           l.k_norm,
                           hp.rms_eps,
-                          {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base},
+                          rope_meta(hp, hp.n_head, o),
                           hp.n_head_kv,
                           hp.rope_style,
-                          kv_meta(m, p)};
+                          kv_meta(m, p, o)};
 }
 
 // The unfused chain: three matmuls (bias inline), optional per-head norms, RoPE on Q and K, K/V store.
 NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
-                   const GraphParams& p, QkNormKind qk_norm) {
+                   const GraphParams& p, const AttnOptions& o) {
     const Hparams& hp = m.hp;
     const LayerWeights& l = m.layers[size_t(il)];
     NodeId q = b.matmul(x, l.wq, l.bq);  // [n_q_embd, nt]
     NodeId k = b.matmul(x, l.wk, l.bk);  // [n_kv_embd, nt]
     NodeId v = b.matmul(x, l.wv, l.bv);  // [n_kv_embd, nt]
-    if (qk_norm == QkNormKind::PerHead) {
+    if (o.qk_norm == QkNormKind::PerHead) {
         q = b.qk_norm(q, l.q_norm, hp.n_head, hp.head_dim, hp.rms_eps);
         k = b.qk_norm(k, l.k_norm, hp.n_head_kv, hp.head_dim, hp.rms_eps);
     }
-    q = b.rope(q, in.kv.positions, hp.rope_style, {hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base});
-    k = b.rope(k, in.kv.positions, hp.rope_style, {hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base});
-    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p));  // [n_kv_embd, n_ctx]
+    q = b.rope(q, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head, o));
+    k = b.rope(k, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head_kv, o));
+    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p, o));  // [n_kv_embd, n_ctx]
     return q;
 }
 
@@ -80,37 +85,39 @@ NodeId embed(GraphBuilder& b, const Model& m, NodeId tokens) {
     return b.all_reduce(b.embedding_shard(tokens, m.tok_embd, m.shard.vocab_first));
 }
 
+AttnOptions attention_options(const Model& m, QkNormKind qk_norm) {
+    return {qk_norm, m.hp.rope_base, m.hp.rope_freq_scale, float(1.0 / std::sqrt(double(m.hp.head_dim))), 0};
+}
+
 NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
                       const GraphParams& p, QkNormKind qk_norm) {
+    return self_attention(b, m, il, x, in, p, attention_options(m, qk_norm));
+}
+
+NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
+                      const GraphParams& p, const AttnOptions& o) {
     const Hparams& hp = m.hp;
     const LayerWeights& l = m.layers[size_t(il)];
     // The concat fusions need Q and K of one type; V may differ (llama-quantize's _M mixes give some
     // layers' attn_v more bits), and then runs as its own product inside the node.
     const bool qk_same = l.wq.type == l.wk.type;
     NodeId q;
-    if (qkv_fusion(p) && qk_same && qk_norm == QkNormKind::PerHead) {
-        q = b.fused_qkv_norm(il, x, in.kv, fused_qkv_meta(m, l, p));
+    if (qkv_fusion(p) && qk_same && o.qk_norm == QkNormKind::PerHead) {
+        q = b.fused_qkv_norm(il, x, in.kv, fused_qkv_meta(m, l, p, o));
     } else if (qkv_fusion(p) && qk_same) {
-        q = b.fused_qkv(il, x, in.kv, fused_qkv_meta(m, l, p));
-    } else if (qkv_fusion(p) && qk_norm == QkNormKind::None) {
+        q = b.fused_qkv(il, x, in.kv, fused_qkv_meta(m, l, p, o));
+    } else if (qkv_fusion(p) && o.qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);
-        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv, fused_qkv_meta(m, l, p));
+        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv, fused_qkv_meta(m, l, p, o));
     } else {
-        q = project_qkv(b, m, il, x, in, p, qk_norm);
+        q = project_qkv(b, m, il, x, in, p, o);
     }
-    const NodeId kv = b.kvcache_load(il, kv_meta(m, p));  // [n_kv_embd, n_ctx] view of the region
-    const meta::Attn am{il,
-                        hp.n_head,
-                        hp.n_head_kv,
-                        hp.head_dim,
-                        hp.head_dim,
-                        hp.n_kv_embd(),
-                        float(1.0 / std::sqrt(double(hp.head_dim))),
-                        paging(p),
-                        p.cparams.kv_type};
-    return b.attn(q, kv, in.kv, am);  // [n_q_embd, nt]
+    const NodeId kv = b.kvcache_load(il, kv_meta(m, p, o));  // [n_kv_embd, n_ctx] view of the region
+    const meta::Attn am{il,      hp.n_head, hp.n_head_kv,     hp.head_dim, hp.head_dim, hp.n_kv_embd(),
+                        o.scale, paging(p), p.cparams.kv_type};
+    return b.attn(q, kv, in.kv, am, o.window);  // [n_q_embd, nt]
 }
 
 NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn) {
@@ -139,6 +146,13 @@ NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const Graph
     const NodeId up = b.matmul(x, l.ffn_up);      // [n_ff, nt]
     const NodeId act = b.mul(b.silu(gate), up);   // becomes SwiGLU in the fusion pass
     return ffn_down(b, m, act, l.ffn_down);       // [n_embd, nt]
+}
+
+NodeId geglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x) {
+    const LayerWeights& l = m.layers[size_t(il)];
+    const NodeId gate = b.matmul(x, l.ffn_gate);           // [n_ff, nt]
+    const NodeId up = b.matmul(x, l.ffn_up);               // [n_ff, nt]
+    return ffn_down(b, m, b.geglu(gate, up), l.ffn_down);  // [n_embd, nt]
 }
 
 NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x) {

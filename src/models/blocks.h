@@ -15,6 +15,18 @@ struct GraphInputs {
 
 enum class QkNormKind : uint8_t { None, PerHead };  // PerHead: Qwen3's RMSNorm of each Q/K head
 
+// One layer's attention settings beyond its weights; attention_options gives the model-wide ones
+// (hyper-parameters' RoPE base and scale, 1/sqrt(head_dim), no window), which an architecture adjusts
+// per layer (Gemma 3's local layers).
+struct AttnOptions {
+    QkNormKind qk_norm = QkNormKind::None;
+    float rope_base = 10000.0f;
+    float rope_scale = 1.0f;  // linear RoPE scaling: positions times this
+    float scale = 1.0f;       // of the scores
+    int64_t window = 0;       // a sliding window of this many positions; 0: every earlier position
+};
+AttnOptions attention_options(const Model& m, QkNormKind qk_norm);
+
 // Declares the input leaves at the graph head (out_ids too, though only the last layer reads it:
 // a mid-graph input would split execution into extra backend segments).
 GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p);
@@ -27,6 +39,8 @@ NodeId embed(GraphBuilder& b, const Model& m, NodeId tokens);
 // x: [n_embd, nt] normed hidden state -> [n_q_embd, nt] attention output (before wo).
 NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
                       const GraphParams& p, QkNormKind qk_norm);
+NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
+                      const GraphParams& p, const AttnOptions& o);
 
 // The attention output projection, attn: [n_q_embd, nt] -> [n_embd, nt]. A shard whose attn_output is
 // split by heads sums its partial products over the ranks; one whose attn_output's blocks do not split at
@@ -36,6 +50,9 @@ NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn);
 // down(silu(gate(x)) * up(x)); x: [n_embd, nt] -> [n_embd, nt]. A shard holds a slice of the n_ff
 // columns and sums its partial down products over the ranks.
 NodeId swiglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphParams& p);
+
+// down(gelu(gate(x)) * up(x)) with GELU's tanh form (Gemma); x: [n_embd, nt] -> [n_embd, nt].
+NodeId geglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x);
 
 // A mixture of experts: the router's logits [n_expert, nt], then each token's n_expert_used SwiGLU
 // experts weighted by their probabilities (op::MoeFfn); x: [n_embd, nt] -> [n_embd, nt].

@@ -111,6 +111,14 @@ void read_experts(const GgufFile& f, const HparamReader& r, Hparams& hp) {
     hp.expert_norm = !f.has(norm) || f.get_bool(norm);
 }
 
+// Linear RoPE scaling (rope.scaling.type "linear": positions divided by rope.scaling.factor); other types
+// are not applied.
+float rope_freq_scale(const GgufFile& f, const HparamReader& r, const std::string& arch) {
+    const std::string type = arch + ".rope.scaling.type";
+    if (!f.has(type) || f.get_str(type) != "linear") return 1.0f;
+    return 1.0f / r.positive("rope.scaling.factor", 1.0);
+}
+
 Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     constexpr int64_t kMaxDim = int64_t{1} << 20, kMaxHeads = int64_t{1} << 12;
     const HparamReader r(f, arch.name);
@@ -134,6 +142,9 @@ Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     hp.n_ctx_train = r.integer("context_length", 1, int64_t{1} << 30, 4096);
     hp.rms_eps = r.positive("attention.layer_norm_rms_epsilon", 1e-6);
     hp.rope_base = r.positive("rope.freq_base", 10000.0);
+    hp.rope_base_swa = f.has(hp.arch + ".rope.freq_base_swa") ? r.positive("rope.freq_base_swa", 0) : 0.0f;
+    hp.rope_freq_scale = rope_freq_scale(f, r, hp.arch);
+    hp.n_swa = r.integer("attention.sliding_window", 0, int64_t{1} << 30, 0);
     hp.rope_style = arch.rope_style;
     hp.pooling = Pooling(r.integer("pooling_type", -1, 4, -1));
     if (arch.moe) read_experts(f, r, hp);
@@ -178,6 +189,8 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, const ArchInfo
     l.q_norm = r.vec(p + "attn_q_norm.weight", hp.head_dim, arch.qk_norm);
     l.k_norm = r.vec(p + "attn_k_norm.weight", hp.head_dim, arch.qk_norm);
     l.ffn_norm = r.vec(p + "ffn_norm.weight", d);
+    l.attn_post_norm = r.vec(p + "post_attention_norm.weight", d, arch.post_norms);
+    l.ffn_post_norm = r.vec(p + "post_ffw_norm.weight", d, arch.post_norms);
     if (arch.moe) {
         l.ffn_gate_inp = r.get(p + "ffn_gate_inp.weight", d, hp.n_expert);
         l.ffn_gate_exps = r.experts(p + "ffn_gate_exps.weight", d, hp.n_ff_exp, hp.n_expert);
@@ -237,7 +250,8 @@ WeightSet Model::weight_set() const {
                             .k = l.wk,
                             .v = l.wv,
                             .matrices = std::move(matrices),
-                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm}});
+                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm,
+                                        l.attn_post_norm, l.ffn_post_norm}});
     }
     return w;
 }

@@ -20,7 +20,7 @@ class GgufFile;
 enum class Pooling : int8_t { Unspecified = -1, None = 0, Mean = 1, Cls = 2, Last = 3, Rank = 4 };
 
 struct Hparams {
-    std::string arch;  // "qwen2", "qwen3", "llama", "qwen3moe"
+    std::string arch;  // "qwen2", "qwen3", "llama", "qwen3moe", "gemma3"
     int n_layer = 0;
     int64_t n_embd = 0;  // hidden width
     int64_t n_head = 0;
@@ -32,6 +32,9 @@ struct Hparams {
     int64_t n_rot = 0;  // rotated dims per head
     float rms_eps = 1e-6f;
     float rope_base = 10000.0f;
+    float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor when rope.scaling.type is linear
+    float rope_base_swa = 0.0f;    // rope.freq_base_swa: sliding-window layers' RoPE base (0: absent)
+    int64_t n_swa = 0;             // attention.sliding_window: a sliding-window layer's window (0: none)
     RopeStyle rope_style = RopeStyle::Neox;
     Pooling pooling = Pooling::Unspecified;  // <arch>.pooling_type
     // Mixture of experts (0 experts: a dense FFN): n_expert_used of n_expert experts per token, each an
@@ -48,7 +51,9 @@ struct LayerWeights {
     WeightRef wq, wk, wv, wo;    // [n_embd, n_q_embd], [n_embd, n_kv_embd] x2, [n_q_embd, n_embd]
     WeightRef bq, bk, bv;        // optional biases (Qwen2)
     WeightRef q_norm, k_norm;    // optional per-head norms [head_dim] (Qwen3)
+    WeightRef attn_post_norm;    // optional [n_embd]: RMSNorm of the attention output (Gemma)
     WeightRef ffn_norm;          // [n_embd]
+    WeightRef ffn_post_norm;     // optional [n_embd]: RMSNorm of the FFN output (Gemma)
     WeightRef ffn_gate, ffn_up;  // [n_embd, n_ff]
     WeightRef ffn_down;          // [n_ff, n_embd]
     // Mixture of experts instead of ffn_gate/up/down: the router and the stacked experts (graph.h's

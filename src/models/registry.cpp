@@ -8,6 +8,7 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3", build_qwen3, RopeStyle::Neox, false, true, false},
     {"llama", build_llama, RopeStyle::Normal, false, false, false},
     {"qwen3moe", build_qwen3moe, RopeStyle::Neox, false, true, true},
+    {"gemma3", build_gemma3, RopeStyle::Neox, false, true, false, true},
 };
 }  // namespace
 

@@ -17,15 +17,17 @@ struct ArchInfo {
     bool qkv_bias;  // attn_{q,k,v}.bias (Qwen2)
     bool qk_norm;   // attn_{q,k}_norm.weight, per-head RMSNorm of Q and K (Qwen3)
     bool moe;       // a mixture of experts (ffn_gate_inp, ffn_{gate,up,down}_exps) instead of the dense FFN
+    bool post_norms = false;  // post_attention_norm.weight and post_ffw_norm.weight (Gemma)
 };
 
 // nullptr when `arch` is unknown.
 const ArchInfo* find_arch(const std::string& arch);
-std::string known_archs();  // "qwen2, qwen3, llama"
+std::string known_archs();  // "qwen2, qwen3, llama, ..."
 
 ComputeGraph build_qwen2(const Model& m, const GraphParams& p);
 ComputeGraph build_qwen3(const Model& m, const GraphParams& p);
 ComputeGraph build_llama(const Model& m, const GraphParams& p);
 ComputeGraph build_qwen3moe(const Model& m, const GraphParams& p);
+ComputeGraph build_gemma3(const Model& m, const GraphParams& p);
 
 }  // namespace minfer

@@ -105,6 +105,7 @@ void write_hparams(GgufWriter& w, const SynthSpec& s, bool moe) {
     w.set_u32(a + ".attention.value_length", uint32_t(s.head_dim));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
     w.set_f32(a + ".rope.freq_base", 1e6f);
+    if (s.n_swa > 0) w.set_u32(a + ".attention.sliding_window", uint32_t(s.n_swa));
     if (moe) {
         w.set_u32(a + ".expert_count", uint32_t(s.n_expert));
         w.set_u32(a + ".expert_used_count", uint32_t(s.n_expert_used));
@@ -124,6 +125,7 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
     // unsupported models).
     const ArchInfo* arch = find_arch(s.arch);
     const bool qkv_bias = arch && arch->qkv_bias, qk_norm = arch && arch->qk_norm, moe = arch && arch->moe;
+    const bool post_norms = arch && arch->post_norms;
     SynthWriter sw(s);
     write_hparams(sw.writer(), s, moe);
     const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
@@ -148,6 +150,10 @@ void write_synth_model(const SynthSpec& s, const std::string& path) {
             sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
         }
         sw.vector(p + "ffn_norm.weight", d, 1.0, 0.1);
+        if (post_norms) {
+            sw.vector(p + "post_attention_norm.weight", d, 1.0, 0.1);
+            sw.vector(p + "post_ffw_norm.weight", d, 1.0, 0.1);
+        }
         if (moe) {
             sw.matrix(p + "ffn_gate_inp.weight", d, s.n_expert);
             sw.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert);

@@ -13,13 +13,14 @@
 namespace minfer {
 
 struct SynthSpec {
-    std::string arch = "qwen2";  // qwen2 (QKV bias), qwen3 (Q/K norms), llama
+    std::string arch = "qwen2";  // qwen2 (QKV bias), qwen3 (Q/K norms), llama, qwen3moe, gemma3
     int n_layer = 2;
     int64_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_vocab = 256;
     int64_t n_ctx_train = 4096;
     // A mixture-of-experts architecture (qwen3moe) gets n_expert experts of width n_ff_exp, n_expert_used
     // per token, instead of the dense FFN.
     int64_t n_expert = 8, n_expert_used = 2, n_ff_exp = 32;
+    int64_t n_swa = 0;  // > 0: written as attention.sliding_window (gemma3's local layers)
     bool tied_output = true;
     GgmlType type = GgmlType::F32;  // type of the 2-D matrices; norms and biases stay F32
     // Type for matrices whose rows `type` cannot hold (row length not a multiple of its block, e.g. 896

@@ -56,8 +56,8 @@ void check_attention(const Shape& s, int64_t rows, float scale, float qk_amp, st
     std::vector<float> out(q.size()), want(q.size()),
         scratch(static_cast<size_t>(rows * (s.n_head / s.n_head_kv)));
     const KvRows kv = contiguous(k, v, stride, rows);
-    attention(q.data(), kv, out.data(), s.n_head, s.n_head_kv, s.hd, rows, scale, scratch.data());
-    attention_ref(q.data(), kv, want.data(), s.n_head, s.n_head_kv, s.hd, rows, scale);
+    attention(q.data(), kv, out.data(), s.n_head, s.n_head_kv, s.hd, 0, rows, scale, scratch.data());
+    attention_ref(q.data(), kv, want.data(), s.n_head, s.n_head_kv, s.hd, 0, rows, scale);
     const int64_t group = s.n_head / s.n_head_kv;
     for (int64_t h = 0; h < s.n_head; ++h) {
         const int64_t off = (h / group) * s.hd;
@@ -93,6 +93,47 @@ TEST(Attention, PeakedAndLongContext) {
     check_attention({4, 2, 64, 0}, 4096, 1.0f / std::sqrt(64.0f), 4.0f, rng);
 }
 
+// A sliding window: attention over rows first..rows-1 against the reference, with windows that start on,
+// just after and just before the kernels' 8- and 16-row groups; and the reference's window against the
+// reference over those rows alone, copied to a region of their own (the same sums, bit for bit).
+TEST(Attention, SlidingWindowMatchesReference) {
+    std::mt19937 rng(15);
+    for (const Shape& s :
+         {Shape{4, 2, 64, 0}, Shape{8, 1, 128, 3}, Shape{4, 2, 100, 5}, Shape{3, 1, 80, 0}}) {
+        const int64_t stride = s.n_head_kv * s.hd + s.pad, group = s.n_head / s.n_head_kv;
+        for (int64_t rows : {5, 16, 33, 100}) {
+            const auto q = random_floats(rng, s.n_head * s.hd, -1.0f, 1.0f);
+            const auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
+            const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
+            const KvRows kv = contiguous(k, v, stride, rows);
+            for (int64_t first : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{15}, int64_t{17},
+                                  rows - 2, rows - 1}) {
+                if (first < 0 || first >= rows) continue;
+                std::vector<float> out(q.size()), want(q.size()), alone(q.size());
+                std::vector<float> scratch(size_t(rows * group));
+                attention(q.data(), kv, out.data(), s.n_head, s.n_head_kv, s.hd, first, rows, 0.125f,
+                          scratch.data());
+                attention_ref(q.data(), kv, want.data(), s.n_head, s.n_head_kv, s.hd, first, rows, 0.125f);
+                const std::vector<float> wk(k.begin() + first * stride, k.end()),
+                    wv(v.begin() + first * stride, v.end());
+                attention_ref(q.data(), contiguous(wk, wv, stride, rows - first), alone.data(), s.n_head,
+                              s.n_head_kv, s.hd, 0, rows - first, 0.125f);
+                EXPECT_EQ(want, alone) << "rows " << rows << " from " << first;
+                for (int64_t h = 0; h < s.n_head; ++h) {
+                    const int64_t off = (h / group) * s.hd + first * stride;
+                    const double budget = head_budget(&q[size_t(h * s.hd)], &k[size_t(off)], &v[size_t(off)],
+                                                      s.hd, stride, rows - first, 0.125f);
+                    for (int64_t d = 0; d < s.hd; ++d) {
+                        const size_t i = size_t(h * s.hd + d);
+                        ASSERT_LE(std::fabs(out[i] - want[i]), budget)
+                            << "rows " << rows << " from " << first << " h=" << h << " d=" << d;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // With one row the softmax weight is 1: the output is that row of v. With identical keys the weights
 // are uniform: the output is the mean of the v rows.
 TEST(Attention, ReferenceClosedForms) {
@@ -102,11 +143,11 @@ TEST(Attention, ReferenceClosedForms) {
     auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
     const auto v = random_floats(rng, rows * stride, -1.0f, 1.0f);
     std::vector<float> out(static_cast<size_t>(n_head * hd));
-    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, 1, 0.25f);
+    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, 0, 1, 0.25f);
     for (int64_t h = 0; h < n_head; ++h)
         for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(h * hd + d)], v[size_t((h / 2) * hd + d)]);
     for (int64_t j = 1; j < rows; ++j) std::copy_n(k.begin(), stride, k.begin() + j * stride);
-    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, rows, 0.25f);
+    attention_ref(q.data(), contiguous(k, v, stride, rows), out.data(), n_head, n_kv, hd, 0, rows, 0.25f);
     for (int64_t h = 0; h < n_head; ++h) {
         for (int64_t d = 0; d < hd; ++d) {
             double mean = 0.0;
@@ -141,15 +182,19 @@ TEST(Attention, PagedRowsMatchContiguousBitForBit) {
                 const KvRows flat = contiguous(k, v, stride, rows);
                 std::vector<float> a(q.size()), b(q.size()), ra(q.size()), rb(q.size());
                 std::vector<float> scratch(size_t(rows * (s.n_head / s.n_head_kv)));
-                attention(q.data(), flat, a.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f,
-                          scratch.data());
-                attention(q.data(), paged, b.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f,
-                          scratch.data());
-                attention_ref(q.data(), flat, ra.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f);
-                attention_ref(q.data(), paged, rb.data(), s.n_head, s.n_head_kv, s.hd, rows, 0.125f);
-                EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-                    << rows << " " << shift;
-                EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)));
+                for (int64_t first : {int64_t{0}, rows / 3, rows - 1}) {
+                    attention(q.data(), flat, a.data(), s.n_head, s.n_head_kv, s.hd, first, rows, 0.125f,
+                              scratch.data());
+                    attention(q.data(), paged, b.data(), s.n_head, s.n_head_kv, s.hd, first, rows, 0.125f,
+                              scratch.data());
+                    attention_ref(q.data(), flat, ra.data(), s.n_head, s.n_head_kv, s.hd, first, rows,
+                                  0.125f);
+                    attention_ref(q.data(), paged, rb.data(), s.n_head, s.n_head_kv, s.hd, first, rows,
+                                  0.125f);
+                    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                        << rows << " " << shift << " from " << first;
+                    EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)));
+                }
             }
         }
     }

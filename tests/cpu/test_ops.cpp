@@ -96,6 +96,46 @@ TEST(Ops, SiluSwigluMatchReference) {
     check_silu(extremes, std::vector<float>(extremes.size(), 1.5f));
 }
 
+// Budget, relative: z = sqrt(2/pi) (x + 0.044715 x^3) in f32 is off by at most 4 kU |z|, which moves
+// e^(2z) by 8 kU |z| relative and the factor f = e^(2z) / (e^(2z) + 1) by (1 - f) times that; e^x itself 4
+// kU, the division, the two products and the reference's rounding 4 more: (12 + 8 |z|) kU. The absolute
+// 1e-30 covers the clamped exponential (2z < -87), where gelu(x) is below |x| e^-87.
+void check_geglu(const std::vector<float>& x, const std::vector<float>& u) {
+    const int64_t n = int64_t(x.size());
+    std::vector<float> y(x.size()), r(x.size());
+    geglu(x.data(), u.data(), y.data(), n);
+    geglu_ref(x.data(), u.data(), r.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+        const double xi = x[size_t(i)];
+        const double z = std::fabs(0.7978845608028654 * (xi + 0.044715 * xi * xi * xi));
+        ASSERT_LE(std::fabs(y[size_t(i)] - r[size_t(i)]), (12 + 8 * z) * kU * std::fabs(r[size_t(i)]) + 1e-30)
+            << "geglu n=" << n << " x=" << x[size_t(i)] << " u=" << u[size_t(i)];
+    }
+}
+
+TEST(Ops, GegluMatchesReference) {
+    std::mt19937 rng(5);
+    for (int64_t n : kSizes)
+        check_geglu(random_floats(rng, n, -20.0f, 20.0f), random_floats(rng, n, -5.0f, 5.0f));
+    for (int64_t n : kSizes)
+        check_geglu(random_floats(rng, n, -0.01f, 0.01f), random_floats(rng, n, -5.0f, 5.0f));
+    const std::vector<float> extremes = {-1000.0f, -100.0f, -20.0f, -9.0f, -3.0f,  -1e-30f, 0.0f,
+                                         1e-30f,   3.0f,    9.0f,   20.0f, 100.0f, 1000.0f};
+    check_geglu(extremes, std::vector<float>(extremes.size(), 1.5f));
+}
+
+// The reference against values known in closed form: gelu(0) = 0, gelu(x) -> x for large x and -> 0 for
+// very negative x, and gelu(1) = 0.841191990607...
+TEST(Ops, GegluReferenceClosedForms) {
+    const std::vector<float> x = {0.0f, 1.0f, 30.0f, -30.0f}, u(4, 1.0f);
+    std::vector<float> y(4);
+    geglu_ref(x.data(), u.data(), y.data(), 4);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_NEAR(y[1], 0.8411919906082768, 1e-7);
+    EXPECT_EQ(y[2], 30.0f);
+    EXPECT_EQ(y[3], 0.0f);
+}
+
 // Straight from the definition, all in double: pair (i0, i1) rotated by theta_i = pos * base^(-2i/n_rot).
 std::vector<double> rope_naive(const std::vector<float>& x, int64_t n_head, int64_t hd, int64_t n_rot,
                                int32_t pos, double base, bool neox) {
@@ -124,8 +164,8 @@ TEST(Ops, RopeMatchesNaiveFormula) {
                     const int64_t n_head = 3;
                     const auto x = random_floats(rng, n_head * hd, -4.0f, 4.0f);
                     auto y = x, r = x;
-                    rope(y.data(), n_head, hd, n_rot, pos, 1e6f, neox);
-                    rope_ref(r.data(), n_head, hd, n_rot, pos, 1e6f, neox);
+                    rope(y.data(), n_head, hd, n_rot, pos, 1e6f, 1.0f, neox);
+                    rope_ref(r.data(), n_head, hd, n_rot, pos, 1e6f, 1.0f, neox);
                     EXPECT_EQ(y, r) << "neox=" << neox << " hd=" << hd << " n_rot=" << n_rot
                                     << " pos=" << pos;
                     const auto want = rope_naive(x, n_head, hd, n_rot, pos, 1e6, neox);
@@ -147,12 +187,31 @@ TEST(Ops, RopeMatchesNaiveFormula) {
     }
 }
 
+// Linear RoPE scaling multiplies the position: at scale 1/2, position 2p turns exactly as p does unscaled
+// (2p / 2 = p is exact, so the angles are the same doubles), and position 2p + 1 differently.
+TEST(Ops, RopeScaleDividesThePosition) {
+    std::mt19937 rng(6);
+    for (bool neox : {false, true}) {
+        for (int32_t pos : {1, 17, 4095}) {
+            const auto x = random_floats(rng, 2 * 64, -4.0f, 4.0f);
+            auto scaled = x, plain = x, odd = x, odd_ref = x;
+            rope(scaled.data(), 2, 64, 64, 2 * pos, 1e6f, 0.5f, neox);
+            rope(plain.data(), 2, 64, 64, pos, 1e6f, 1.0f, neox);
+            EXPECT_EQ(scaled, plain) << pos;
+            rope(odd.data(), 2, 64, 64, 2 * pos + 1, 1e6f, 0.5f, neox);
+            rope_ref(odd_ref.data(), 2, 64, 64, 2 * pos + 1, 1e6f, 0.5f, neox);
+            EXPECT_EQ(odd, odd_ref);
+            EXPECT_NE(odd, plain);
+        }
+    }
+}
+
 TEST(Ops, RopePositionZeroIsIdentity) {
     std::mt19937 rng(5);
     const auto x = random_floats(rng, 2 * 128, -1.0f, 1.0f);
     for (bool neox : {false, true}) {
         auto y = x;
-        rope(y.data(), 2, 128, 128, 0, 10000.0f, neox);
+        rope(y.data(), 2, 128, 128, 0, 10000.0f, 1.0f, neox);
         EXPECT_EQ(y, x);
     }
 }

@@ -271,7 +271,7 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
         const int64_t n_kv = std::min<int64_t>(int64_t(pos[size_t(t)]) + 1, n_ctx);
         const float* qt = q.data() + t * q_stride;
         const cpu::KvRows rows = cpu::contiguous_rows(reg.k.data(), reg.v.data(), n_embd, n_ctx);
-        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, n_kv, a.scale);
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, 0, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const float* qh = qt + h * hd;
             const int64_t off = (h / group) * hd;

@@ -216,7 +216,7 @@ void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bo
         const int64_t n_kv = int64_t(b.pos[size_t(t)]) + 1;
         const cpu::KvRows rows = l.rows(reg, size_t(b.slot[size_t(t)]));
         const float* qt = q.data() + t * row;
-        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, n_kv, a.scale);
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, 0, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const HeadBounds hb = head_bounds(qt + h * hd, rows, (h / group) * hd, hd, n_kv);
             const AttnKernel k = single[size_t(t)] ? AttnKernel::Decode : tiled;

@@ -115,7 +115,8 @@ void check_rope(const RopeCase& c, int64_t nt, bool in_place, std::mt19937& rng)
     Vec want = x;
     Tol tol(want.size());
     for (int64_t t = 0; t < nt; ++t) {
-        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], c.base, c.neox);
+        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], c.base, 1.0f,
+                      c.neox);
         const double m = max_abs(x.data() + t * row, row);
         for (int64_t i = 0; i < row; ++i)
             tol[size_t(t * row + i)] = i % c.head_dim < c.n_rot ? 2e-6 * m : 0.0;
@@ -139,14 +140,15 @@ TEST(CudaOps, Rope) {
 
 // ---- element-wise
 
-enum class Ew { Add, Mul, Silu, SwiGLU };
+enum class Ew { Add, Mul, Silu, SwiGLU, GeGLU, Scale };
 
-// Budget: add and mul are one f32 operation on both sides: exact. silu = x / (1 + expf(-x)): expf is
+// Budget: add, mul and scale are one f32 operation on both sides: exact. silu = x / (1 + expf(-x)): expf is
 // within 2 ulp, and its relative error reaches the result at most once (E / (1 + E) <= 1), plus the add,
 // the division and the reference's rounding to f32: <= 5u = 3e-7 relative; swiglu adds one multiply.
-// Budget: 1e-6 * |ref| (x in [-12, 12], so nothing is subnormal).
+// Budget: 1e-6 * |ref| (x in [-12, 12], so nothing is subnormal). geglu: cpu::geglu's budget, (12 + 8 |z|)
+// u relative with z = sqrt(2/pi) (x + 0.044715 x^3), whose f32 rounding moves e^(2z).
 void check_elementwise(Ew op, int64_t n, std::mt19937& rng) {
-    static const char* const kNames[] = {"add", "mul", "silu", "swiglu"};
+    static const char* const kNames[] = {"add", "mul", "silu", "swiglu", "geglu", "scale"};
     const std::string name = kNames[int(op)];
     SCOPED_TRACE(name + ", n " + std::to_string(n));
     const Vec a = uniform(rng, n, -12.0f, 12.0f), b = uniform(rng, n, -3.0f, 3.0f);
@@ -169,18 +171,31 @@ void check_elementwise(Ew op, int64_t n, std::mt19937& rng) {
             cuda::swiglu(da.get(), db.get(), dy.get(), n, nullptr);
             cpu::swiglu_ref(a.data(), b.data(), want.data(), n);
             break;
+        case Ew::GeGLU:
+            cuda::geglu(da.get(), db.get(), dy.get(), n, nullptr);
+            cpu::geglu_ref(a.data(), b.data(), want.data(), n);
+            break;
+        case Ew::Scale:
+            cuda::scale(da.get(), 11.3137085f, dy.get(), n, nullptr);
+            for (int64_t i = 0; i < n; ++i) want[size_t(i)] = a[size_t(i)] * 11.3137085f;
+            break;
     }
     sync();
     Tol tol(size_t(n), 0.0);
     if (op == Ew::Silu || op == Ew::SwiGLU)
         for (size_t i = 0; i < tol.size(); ++i) tol[i] = 1e-6 * std::fabs(double(want[i]));
+    if (op == Ew::GeGLU)
+        for (size_t i = 0; i < tol.size(); ++i) {
+            const double x = a[i], z = std::fabs(0.7978845608028654 * (x + 0.044715 * x * x * x));
+            tol[i] = (12 + 8 * z) * 0x1p-24 * std::fabs(double(want[i])) + 1e-30;
+        }
     expect_within(dy.download(), want, tol, name);
 }
 
 TEST(CudaOps, Elementwise) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(303);
-    for (Ew op : {Ew::Add, Ew::Mul, Ew::Silu, Ew::SwiGLU})
+    for (Ew op : {Ew::Add, Ew::Mul, Ew::Silu, Ew::SwiGLU, Ew::GeGLU, Ew::Scale})
         for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20}) check_elementwise(op, n, rng);
 }
 
@@ -467,7 +482,7 @@ Vec expected_head(const float* src, const float* bias, const float* norm, const 
         cpu::rms_norm_ref(x.data(), norm, y.data(), hd, eps);
         x = y;
     }
-    if (rope) cpu::rope_ref(x.data(), 1, hd, c.n_rot, pos, c.base, c.neox);
+    if (rope) cpu::rope_ref(x.data(), 1, hd, c.n_rot, pos, c.base, 1.0f, c.neox);
     return x;
 }
 

@@ -220,5 +220,20 @@ TEST(BatchInvariance, MixtureOfExpertsUnderLoadEqualsAlone) {
     expect_invariant_under_load(*m, {}, true);
 }
 
+// Sliding-window layers (gemma3: five local layers of window 16, then a global one): sequences longer
+// than the window, with and without the prefix cache and in a compact cache, equal their runs alone.
+TEST(BatchInvariance, SlidingWindowUnderLoadEqualsAlone) {
+    TempDir dir;
+    SynthSpec s;
+    s.arch = "gemma3";
+    s.n_layer = 6, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
+    s.type = GgmlType::Q8_0;
+    const std::string file = dir.file("swa.gguf");
+    write_synth_model(s, file);
+    const auto m = Model::load(file);
+    expect_invariant_under_load(*m, {}, true);
+    expect_invariant_under_load(*m, {}, false, GgmlType::F16);
+}
+
 }  // namespace
 }  // namespace minfer::test

@@ -28,12 +28,13 @@ namespace minfer::test {
 namespace {
 
 // A tiny synthetic model of `arch`, written to a scratch directory that outlives every test.
-std::unique_ptr<Model> synth(const std::string& arch, int n_layer) {
+std::unique_ptr<Model> synth(const std::string& arch, int n_layer, int64_t n_swa = 0) {
     static TempDir dir;
     static int count = 0;
     SynthSpec s;
     s.arch = arch;
     s.n_layer = n_layer;
+    s.n_swa = n_swa;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
     return Model::load(path);
@@ -253,6 +254,36 @@ TEST(Moe, each_layer_routes_then_runs_one_grouped_expert_node) {
         EXPECT_EQ(std::get<meta::MoeFfn>(n.meta).down.n_out, m->hp.n_embd * 8);
     }
     EXPECT_EQ(moe, 3);
+}
+
+// Gemma 3: the embedding scaled by sqrt(n_embd); layers 0-4 attend within the window, layer 5 to every
+// position; RMSNorm after the attention and after the FFN (GeGLU), the local layers' RoPE at base 10000.
+TEST(Gemma3, local_and_global_layers_post_norms_and_geglu) {
+    const auto m = synth("gemma3", 7, 24);
+    Session s(*m, {64, 2});
+    s.forward(prompt(5, m->hp.n_vocab), 1);
+    const ComputeGraph& g = s.graph();
+    std::vector<std::string> attn;
+    int geglu = 0, post_norms = 0, scale = 0;
+    for (const CNode& n : g.nodes) {
+        if (const auto* o = std::get_if<op::Scale>(&n.op)) {
+            ++scale;
+            EXPECT_EQ(o->factor, std::sqrt(64.0f));
+        }
+        if (std::holds_alternative<op::Attn>(n.op)) attn.push_back(op_string(n.op));
+        if (std::holds_alternative<op::GeGLU>(n.op)) ++geglu;
+        if (const auto* w = std::get_if<meta::Weight>(&n.meta);
+            w && w->weight.name.find("post_") != std::string::npos)
+            ++post_norms;
+        if (const auto* r = std::get_if<meta::Rope>(&n.meta))
+            EXPECT_EQ(r->freq_base, n.layer == 5 ? 1e6f : 1e4f) << n.name;
+        EXPECT_NE(node_stem(n), "silu");
+    }
+    const std::string local = "Attn { mode: SlidingWindow, window: 24 }", global = "Attn { mode: Causal }";
+    EXPECT_EQ(attn, (std::vector<std::string>{local, local, local, local, local, global, local}));
+    EXPECT_EQ(geglu, 7);
+    EXPECT_EQ(post_norms, 14);
+    EXPECT_EQ(scale, 1);
 }
 
 // ---- fused decode vs unfused (§2.6, pitfall 4) ---------------------------------------------------

@@ -61,17 +61,18 @@ inline __mmask16 first(int64_t n) {  // lanes 0 .. n - 1 (n <= 16)
     return __mmask16((1u << n) - 1);
 }
 
-// s[h * n + j] = scale * (q_h . k_j) for the g heads (q_h = q + h * hd) and rows j < n of k (the region's K
-// at the head's column offset); mx[h] = max_j of head h's scores. 16 rows at a time (contiguous: blocks
-// hold a multiple of 16 rows): each head's 16 dots, then one reduction tree.
-void scores(const float* q, int64_t g, const KvRows& kv, const float* k, int64_t n, int64_t hd, float scale,
-            float* s, float* mx) {
+// s[h * n + j] = scale * (q_h . k_j) for the g heads (q_h = q + h * hd) and rows lo <= j < n of k (the
+// region's K at the head's column offset); mx[h] = max_j of head h's scores. 16 rows at a time from a
+// multiple of 16 (contiguous: blocks hold a multiple of 16 rows), lanes below lo masked off: each head's
+// 16 dots, then one reduction tree.
+void scores(const float* q, int64_t g, const KvRows& kv, const float* k, int64_t lo, int64_t n, int64_t hd,
+            float scale, float* s, float* mx) {
     const int64_t stride = kv.stride;
     __m512 best[8];
     for (int64_t h = 0; h < g; ++h) best[h] = _mm512_set1_ps(-INFINITY);
-    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    for (int64_t j0 = lo & ~int64_t{15}; j0 < n; j0 += 16) {
         const int64_t nr = std::min<int64_t>(16, n - j0);
-        const __mmask16 m = first(nr);
+        const __mmask16 m = __mmask16(first(nr) & ~(j0 < lo ? first(lo - j0) : __mmask16(0)));
         const float* k0 = k + physical(kv, j0) * stride;
         for (int64_t h = 0; h < g; ++h) {
             const float* qh = q + h * hd;
@@ -109,12 +110,12 @@ double exp_sum(float* p, int64_t n, float mx) {
 // Columns [c0, c0 + 16 C) of H heads' outputs: out_h = inv[h] * sum_j p_h[j] * v_j, V rows loaded once
 // for all H heads; f32 sums of up to 64 rows folded into double.
 template <int H, int C>
-void weighted_cols(const float* p, int64_t n, const KvRows& kv, const float* v, int64_t c0, const double* inv,
-                   float* out, int64_t hd) {
+void weighted_cols(const float* p, int64_t lo, int64_t n, const KvRows& kv, const float* v, int64_t c0,
+                   const double* inv, float* out, int64_t hd) {
     __m512d total[H][C][2];
     for (auto& a : total)
         for (auto& b : a) b[0] = b[1] = _mm512_setzero_pd();
-    for (int64_t j0 = 0; j0 < n; j0 += kFoldRows) {
+    for (int64_t j0 = lo; j0 < n; j0 += kFoldRows) {
         __m512 acc[H][C];
         for (auto& a : acc)
             for (auto& b : a) b = _mm512_setzero_ps();
@@ -146,13 +147,13 @@ void weighted_cols(const float* p, int64_t n, const KvRows& kv, const float* v, 
         }
 }
 
-// Head h < H's outputs: 64 columns per pass (H * 4 <= 16 accumulators), then 16 at a time.
+// Head h < H's outputs over rows lo..n-1: 64 columns per pass (H * 4 <= 16 accumulators), then 16 at a time.
 template <int H>
-void weighted_heads(const float* p, int64_t n, const KvRows& kv, const float* v, const double* inv,
-                    float* out, int64_t hd) {
+void weighted_heads(const float* p, int64_t lo, int64_t n, const KvRows& kv, const float* v,
+                    const double* inv, float* out, int64_t hd) {
     int64_t c0 = 0;
-    for (; c0 + 64 <= hd; c0 += 64) weighted_cols<H, 4>(p, n, kv, v, c0, inv, out, hd);
-    for (; c0 < hd; c0 += 16) weighted_cols<H, 1>(p, n, kv, v, c0, inv, out, hd);
+    for (; c0 + 64 <= hd; c0 += 64) weighted_cols<H, 4>(p, lo, n, kv, v, c0, inv, out, hd);
+    for (; c0 < hd; c0 += 16) weighted_cols<H, 1>(p, lo, n, kv, v, c0, inv, out, hd);
 }
 
 }  // namespace
@@ -162,16 +163,16 @@ bool attention_fits(int64_t group, int64_t hd) {
 }
 
 void attention(const float* q, const KvRows& rows, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t n_kv_rows, float scale, float* scratch) {
+               int64_t lo, int64_t n_kv_rows, float scale, float* scratch) {
     const int64_t group = n_head / n_head_kv, n = n_kv_rows;
     for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
         const float* qg = q + kvh * group * hd;
         float* og = out + kvh * group * hd;
         float mx[8];
         double inv[8];
-        scores(qg, group, rows, rows.k + kvh * hd, n, hd, scale, scratch, mx);
+        scores(qg, group, rows, rows.k + kvh * hd, lo, n, hd, scale, scratch, mx);
         for (int64_t h = 0; h < group; ++h) {
-            const double sum = n > 0 ? exp_sum(scratch + h * n, n, mx[h]) : 0.0;
+            const double sum = n > lo ? exp_sum(scratch + h * n + lo, n - lo, mx[h]) : 0.0;
             inv[h] = sum > 0.0 ? 1.0 / sum : 0.0;
         }
         for (int64_t h = 0; h < group; h += 4) {  // passes of up to 4 heads
@@ -179,16 +180,16 @@ void attention(const float* q, const KvRows& rows, float* out, int64_t n_head, i
             const float* vk = rows.v + kvh * hd;
             switch (std::min<int64_t>(4, group - h)) {
                 case 4:
-                    weighted_heads<4>(p, n, rows, vk, inv + h, og + h * hd, hd);
+                    weighted_heads<4>(p, lo, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 case 3:
-                    weighted_heads<3>(p, n, rows, vk, inv + h, og + h * hd, hd);
+                    weighted_heads<3>(p, lo, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 case 2:
-                    weighted_heads<2>(p, n, rows, vk, inv + h, og + h * hd, hd);
+                    weighted_heads<2>(p, lo, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
                 default:
-                    weighted_heads<1>(p, n, rows, vk, inv + h, og + h * hd, hd);
+                    weighted_heads<1>(p, lo, n, rows, vk, inv + h, og + h * hd, hd);
                     break;
             }
         }

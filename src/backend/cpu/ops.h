@@ -10,10 +10,14 @@ namespace minfer::cpu {
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // In place on one token row of n_head heads of head_dim: rotate the first n_rot dims of each head by pos.
 // neox=false: adjacent pairs (x[2i], x[2i+1]); neox=true: halves (x[i], x[i + n_rot/2]).
-// theta_i = pos * base^(-2i / n_rot), angles evaluated in double.
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, bool neox);
+// theta_i = pos * scale * base^(-2i / n_rot), angles evaluated in double (scale: linear RoPE scaling).
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, float scale,
+          bool neox);
 void silu(const float* x, float* y, int64_t n);                    // y = x * sigmoid(x)
 void swiglu(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
+// y = gelu(g) * u with GELU's tanh form: gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+void geglu(const float* g, const float* u, float* y, int64_t n);
+void scale(const float* x, float s, float* y, int64_t n);  // y = x * s
 void add(const float* a, const float* b, float* y, int64_t n);
 // The index of the largest of x[0, n) (n > 0), the lowest on ties.
 int32_t argmax(const float* x, int64_t n);
@@ -40,11 +44,12 @@ inline constexpr int kMinBlockShift = 4;
 // Rows 0..n_rows-1 stored one after another: one block holding them all.
 KvRows contiguous_rows(const float* k, const float* v, int64_t stride, int64_t n_rows);
 
-// Causal GQA attention for one query token over its sequence's rows 0..n_kv_rows-1 of a KV region.
-// q: [n_head * hd] (this token); head h reads kv head h / (n_head / n_head_kv) at column offset
-// (h / group) * hd of each row. out: [n_head * hd]. scratch: at least n_kv_rows * (n_head / n_head_kv)
-// floats. The result depends on the rows' values only, not on where the blocks lie.
+// Causal GQA attention for one query token over its sequence's rows first..n_kv_rows-1 of a KV region
+// (first > 0: a sliding window). q: [n_head * hd] (this token); head h reads kv head h / (n_head /
+// n_head_kv) at column offset (h / group) * hd of each row. out: [n_head * hd]. scratch: at least
+// n_kv_rows * (n_head / n_head_kv) floats. The result depends on the rows' values only, not on where the
+// blocks lie.
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t n_kv_rows, float scale, float* scratch);
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch);
 
 }  // namespace minfer::cpu

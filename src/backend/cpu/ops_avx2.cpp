@@ -86,20 +86,26 @@ inline int64_t physical(const KvRows& kv, int64_t j) {
     return int64_t(kv.blocks[j >> kv.block_shift]) << kv.block_shift | (j & mask);
 }
 
-// s[j] = scale * (q . k row j) for j < n (k: the region's K at the head's column offset); returns
-// max_j s[j]. Eight rows at a time when hd % 8 == 0 (contiguous: blocks hold a multiple of 16 rows), the
-// rest one by one.
-inline float scores(const float* q, const KvRows& kv, const float* k, int64_t n, int64_t hd, float scale,
-                    float* s) {
-    int64_t j = 0;
+// s[j] = scale * (q . k row j) for first <= j < n (k: the region's K at the head's column offset);
+// returns the largest. Eight rows at a time from a multiple of 8 when hd % 8 == 0 (contiguous: blocks
+// hold a multiple of 16 rows), rows below `first` of the first group set to -inf; the rest one by one.
+inline float scores(const float* q, const KvRows& kv, const float* k, int64_t first, int64_t n, int64_t hd,
+                    float scale, float* s) {
+    int64_t j = first;
     __m256 mx8 = _mm256_set1_ps(-INFINITY);
-    if (hd % 8 == 0)
-        for (; j + 8 <= n; j += 8) {
-            const __m256 sj = _mm256_mul_ps(_mm256_set1_ps(scale),
-                                            dot_8_rows(q, k + physical(kv, j) * kv.stride, kv.stride, hd));
+    if (hd % 8 == 0) {
+        for (j = first & ~int64_t{7}; j + 8 <= n; j += 8) {
+            __m256 sj = _mm256_mul_ps(_mm256_set1_ps(scale),
+                                      dot_8_rows(q, k + physical(kv, j) * kv.stride, kv.stride, hd));
             _mm256_storeu_ps(s + j, sj);
+            if (j < first) {
+                std::fill(s + j, s + first, -INFINITY);
+                sj = _mm256_loadu_ps(s + j);
+            }
             mx8 = _mm256_max_ps(mx8, sj);
         }
+        j = std::max(j, first);
+    }
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, mx8);
     float mx = *std::max_element(lanes, lanes + 8);
@@ -135,13 +141,13 @@ inline double exp_sum(float* p, int64_t n, float mx) {
 // error stays bounded by ~kFoldRows ulp of the output however long the context is.
 constexpr int64_t kFoldRows = 64;
 
-// out[0 .. 8C) = inv_sum * sum_j p[j] * v[j * stride + 0 .. 8C).
+// out[0 .. 8C) = inv_sum * sum_{first <= j < n} p[j] * v[j * stride + 0 .. 8C).
 template <int C>
-inline void weighted_cols(const float* p, const KvRows& kv, const float* v, int64_t n, double inv_sum,
-                          float* out) {
+inline void weighted_cols(const float* p, const KvRows& kv, const float* v, int64_t first, int64_t n,
+                          double inv_sum, float* out) {
     __m256d acc[2 * C];
     for (auto& a : acc) a = _mm256_setzero_pd();
-    for (int64_t j0 = 0; j0 < n; j0 += kFoldRows) {
+    for (int64_t j0 = first; j0 < n; j0 += kFoldRows) {
         __m256 f[C];
         for (auto& a : f) a = _mm256_setzero_ps();
         const int64_t j1 = std::min(n, j0 + kFoldRows);
@@ -163,14 +169,14 @@ inline void weighted_cols(const float* p, const KvRows& kv, const float* v, int6
     }
 }
 
-void weighted_sum(const float* p, const KvRows& kv, const float* v, int64_t n, int64_t hd, double inv_sum,
-                  float* out) {
+void weighted_sum(const float* p, const KvRows& kv, const float* v, int64_t first, int64_t n, int64_t hd,
+                  double inv_sum, float* out) {
     int64_t d = 0;
-    for (; d + 32 <= hd; d += 32) weighted_cols<4>(p, kv, v + d, n, inv_sum, out + d);
-    for (; d + 8 <= hd; d += 8) weighted_cols<1>(p, kv, v + d, n, inv_sum, out + d);
+    for (; d + 32 <= hd; d += 32) weighted_cols<4>(p, kv, v + d, first, n, inv_sum, out + d);
+    for (; d + 8 <= hd; d += 8) weighted_cols<1>(p, kv, v + d, first, n, inv_sum, out + d);
     for (; d < hd; ++d) {
         double s = 0.0;
-        for (int64_t j = 0; j < n; ++j) s += double(p[j]) * double(v[physical(kv, j) * kv.stride + d]);
+        for (int64_t j = first; j < n; ++j) s += double(p[j]) * double(v[physical(kv, j) * kv.stride + d]);
         out[d] = float(s * inv_sum);
     }
 }
@@ -204,6 +210,19 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
     map2(g, u, y, n, [](__m256 a, __m256 b) { return _mm256_mul_ps(silu8(a), b); });
 }
 
+// gelu(x) * u with gelu(x) = x / 2 * (1 + tanh(z)) = x * e^(2z) / (e^(2z) + 1), z = sqrt(2 / pi) (x +
+// 0.044715 x^3): no cancellation for negative x; for large |z| the clamped exponential gives x or ~0.
+void geglu(const float* g, const float* u, float* y, int64_t n) {
+    map2(g, u, y, n, [](__m256 x, __m256 b) {
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        const __m256 z = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                       _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+        const __m256 e = exp8(_mm256_add_ps(z, z));
+        const __m256 f = _mm256_div_ps(e, _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+        return _mm256_mul_ps(_mm256_mul_ps(x, f), b);
+    });
+}
+
 void add(const float* a, const float* b, float* y, int64_t n) {
     map2(a, b, y, n, [](__m256 x, __m256 z) { return _mm256_add_ps(x, z); });
 }
@@ -213,14 +232,14 @@ void mul(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t n_kv_rows, float scale, float* scratch) {
-    const int64_t group = n_head / n_head_kv;
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch) {
+    const int64_t group = n_head / n_head_kv, n = n_kv_rows;
     for (int64_t h = 0; h < n_head; ++h) {
         const float* qh = q + h * hd;
         const int64_t off = (h / group) * hd;
-        const float mx = scores(qh, kv, kv.k + off, n_kv_rows, hd, scale, scratch);
-        const double sum = n_kv_rows > 0 ? exp_sum(scratch, n_kv_rows, mx) : 0.0;
-        weighted_sum(scratch, kv, kv.v + off, n_kv_rows, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
+        const float mx = scores(qh, kv, kv.k + off, first, n, hd, scale, scratch);
+        const double sum = n > first ? exp_sum(scratch + first, n - first, mx) : 0.0;
+        weighted_sum(scratch, kv, kv.v + off, first, n, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
     }
 }
 

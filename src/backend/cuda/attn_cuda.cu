@@ -354,7 +354,7 @@ __device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r, const Ro
         const float2 cs = reinterpret_cast<const float2*>(t.cs)[p * half + i];
         c = cs.x, s = cs.y;
     } else {
-        rope_cos_sin(p, i, r.n_rot, r.freq_base, c, s);
+        rope_cos_sin(p, i, r.n_rot, r.freq_base, r.freq_scale, c, s);
     }
     return {partner, c, first ? -s : s};
 }
@@ -365,7 +365,7 @@ __global__ void rope_table_kernel(RopeShape r, int64_t n_pos, float2* cs) {
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n_pos * half;
          k += int64_t(gridDim.x) * blockDim.x) {
         float c, s;
-        rope_cos_sin(int32_t(k / half), k % half, r.n_rot, r.freq_base, c, s);
+        rope_cos_sin(int32_t(k / half), k % half, r.n_rot, r.freq_base, r.freq_scale, c, s);
         cs[k] = make_float2(c, s);
     }
 }

@@ -72,7 +72,7 @@ __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeSh
     for (int64_t k = threadIdx.x; k < r.n_head * half; k += blockDim.x) {
         const int64_t h = k / half, i = k % half;
         float c, s;
-        rope_cos_sin(pos[t], i, r.n_rot, r.freq_base, c, s);
+        rope_cos_sin(pos[t], i, r.n_rot, r.freq_base, r.freq_scale, c, s);
         const int64_t i0 = h * r.head_dim + (r.neox ? i : 2 * i), i1 = i0 + (r.neox ? half : 1);
         const float a = xr[i0], b = xr[i1];
         yr[i0] = a * c - b * s;
@@ -86,10 +86,18 @@ __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeSh
     }
 }
 
-enum class Ew { Add, Mul, Silu, SwiGLU };
+enum class Ew { Add, Mul, Silu, SwiGLU, GeGLU };
 
 __device__ float silu_f(float x) {
     return x / (1.0f + expf(-x));
+}
+
+// x e^(2z) / (e^(2z) + 1) = x / 2 (1 + tanh z), z = sqrt(2 / pi) (x + 0.044715 x^3): cpu::geglu's form, the
+// exponent clamped as there.
+__device__ float gelu_f(float x) {
+    const float z = 0.7978845608028654f * fmaf(0.044715f, x * x * x, x);
+    const float e = expf(fminf(fmaxf(2.0f * z, -87.0f), 88.0f));
+    return x * (e / (e + 1.0f));
 }
 
 template <Ew kOp>
@@ -101,7 +109,15 @@ __global__ void elementwise_kernel(const float* a, const float* b, float* y, __h
         if constexpr (kOp == Ew::Mul) put(y, y_hi, i, a[i] * b[i]);
         if constexpr (kOp == Ew::Silu) put(y, y_hi, i, silu_f(a[i]));
         if constexpr (kOp == Ew::SwiGLU) put(y, y_hi, i, silu_f(a[i]) * b[i]);
+        if constexpr (kOp == Ew::GeGLU) put(y, y_hi, i, gelu_f(a[i]) * b[i]);
     }
+}
+
+__global__ void scale_kernel(const float* x, float factor, float* y, int64_t n) {
+    begin_kernel();
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = x[i] * factor;
 }
 
 template <Ew kOp>
@@ -213,6 +229,13 @@ void silu(const float* x, float* y, int64_t n, Stream s) {
 }
 void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void* y_hi) {
     elementwise<Ew::SwiGLU>(g, u, y, n, s, y_hi);
+}
+void geglu(const float* g, const float* u, float* y, int64_t n, Stream s) {
+    elementwise<Ew::GeGLU>(g, u, y, n, s);
+}
+void scale(const float* x, float factor, float* y, int64_t n, Stream s) {
+    if (n <= 0) return;
+    launch("scale kernel", scale_kernel, blocks_for(n, kElemThreads), kElemThreads, 0, s, x, factor, y, n);
 }
 
 void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s) {

@@ -16,7 +16,8 @@ void rms_norm(const float* x, const float* w, float* y, int64_t d, int64_t rows,
 struct RopeShape {
     int64_t n_head, head_dim, n_rot;
     float freq_base;
-    bool neox;  // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+    bool neox;                // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+    float freq_scale = 1.0f;  // linear RoPE scaling: positions times this
 };
 // y = RoPE(x) at positions pos[t] for nt rows of n_head * head_dim (y may alias x).
 void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s);
@@ -26,6 +27,9 @@ void mul(const float* a, const float* b, float* y, int64_t n, Stream s);
 void silu(const float* x, float* y, int64_t n, Stream s);
 // y = silu(g) * u; y_hi as rms_norm's.
 void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void* y_hi = nullptr);
+// y = gelu(g) * u, GELU's tanh form (cpu::geglu's formula).
+void geglu(const float* g, const float* u, float* y, int64_t n, Stream s);
+void scale(const float* x, float factor, float* y, int64_t n, Stream s);  // y = x * factor
 
 // y[t][i] += b[i] for nt rows of d (the bias of a GEMM).
 void add_bias(float* y, const float* b, int64_t d, int64_t nt, Stream s);
