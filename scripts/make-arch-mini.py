@@ -3,7 +3,7 @@
 
     make-arch-mini.py ARCH STAGE [options]
 
-ARCH picks an entry of ARCHS below (only `qwen3moe` today; gemma3 / gpt-oss go in as further entries).
+ARCH picks an entry of ARCHS below (qwen3moe, gemma3; gpt-oss goes in as a further entry).
 The stages run on different machines:
 
   fetch-converter DIR   (here)  llama.cpp's own converter (convert_hf_to_gguf.py + conversion/ + gguf-py/), the
@@ -20,20 +20,19 @@ The stages run on different machines:
 The reference JSON mirrors ../shared/refs/qwen3-mini.ref.json field for field.
 
 Status (2026-12-07): prep and llamacpp ran here (llamacpp reproduces qwen3-mini-Q8_0.llamacpp.json byte for
-byte); build has not run yet: no GPU machine could be started in the session that wrote it. Known before its first
-run: the F16 file of this config is about 18.5 MB (too large for the repository beside its BF16 twin: fewer
-layers or experts are needed), and HF computes RoPE, the attention softmax and the router softmax in float32 even
-after model.double().
+byte). The configs are small enough for the repository (about 4.5 MB in F16 each). The reference is made inside
+Float64Everywhere, since HF computes RMSNorm, RoPE and the softmaxes in float32 even after model.double().
 
-Recipe (qwen3moe; build-moe-carry/ is ignored by .gitignore's /build*/):
+Recipe (build-mini-carry/ is ignored by .gitignore's /build*/; prep's output serves every ARCH, since they share
+the mini Qwen vocabulary):
   python3 scripts/make-arch-mini.py qwen3moe fetch-converter /tmp/conv-src
-  python3 scripts/make-arch-mini.py qwen3moe prep --work build-moe-carry/work --converter /tmp/conv-src
+  /usr/bin/python3 scripts/make-arch-mini.py gemma3 prep --work build-mini-carry/work --converter /tmp/conv-src
      (gguf-py: /tmp/llamacpp/root/... after `../shared/tools/llamacpp llama-cli --version`; numpy: apt python3-numpy)
-  GPU (device run, carry build-moe-carry/work; GGUFs exceed the 16 MB per returned file, hence the split):
-     python3 scripts/make-arch-mini.py qwen3moe build --work build-moe-carry/work --out /tmp/o --train-seconds 150 \
-       2>&1 | tee $OUT/build.log; cd /tmp/o && cp *.ref.json *.logits.f32 $OUT/;
-     tar cf - hf *.gguf convert-*.log | split -b 15000000 -d - $OUT/bundle.tar.
-  here: cat bundle.tar.* | tar xf - ; then
+  GPU (device run, carry build-mini-carry/; both builds side by side on the one GPU, about 5 minutes):
+     for a in qwen3moe gemma3; do python3 scripts/make-arch-mini.py $a build --work build-mini-carry/work \
+       --out /tmp/o-$a --train-seconds 150 > $OUT/build-$a.log 2>&1 & done; wait; then copy /tmp/o-*/ *.ref.json,
+       *.logits.f32 and *.gguf to $OUT.
+  here:
   python3 scripts/make-arch-mini.py qwen3moe llamacpp --ref qwen3moe-mini.ref.json --outdir DIR qwen3moe-mini-F16.gguf ...
   (the llamacpp stage reproduces ../shared/refs/qwen3-mini-Q8_0.llamacpp.json byte for byte from qwen3-mini.ref.json)
 """
@@ -59,13 +58,16 @@ SHARED = Path(os.environ.get("MINFER_SHARED", REPO.parent / "shared"))
 # ----------------------------------------------------------------------------------------------------------------
 
 def qwen3moe_config(transformers, vocab):
+    # Small enough for the repository (about 4.5 MB in F16): head_dim is set apart from hidden_size / n_head
+    # so that the attention kernels see the 64-wide heads of the real models.
     kw = dict(
-        vocab_size=8320,
-        hidden_size=256,
-        intermediate_size=256,          # dense-MLP width; unused (every layer is MoE), written as feed_forward_length
+        vocab_size=vocab["n_rows"],
+        hidden_size=128,
+        intermediate_size=128,          # dense-MLP width; unused (every layer is MoE), written as feed_forward_length
         num_hidden_layers=4,
-        num_attention_heads=4,          # head_dim = 256 / 4 = 64
+        num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=64,
         hidden_act="silu",
         max_position_embeddings=4096,
         initializer_range=0.02,
@@ -74,7 +76,7 @@ def qwen3moe_config(transformers, vocab):
         attention_bias=False,
         use_sliding_window=False,
         decoder_sparse_step=1,
-        moe_intermediate_size=256,      # K-quant rows need multiples of 256
+        moe_intermediate_size=64,
         num_experts_per_tok=2,
         num_experts=8,
         norm_topk_prob=True,
@@ -92,24 +94,77 @@ def qwen3moe_config(transformers, vocab):
     rp = getattr(cfg, "rope_parameters", None) or {}
     theta = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
     assert theta == 1e6, f"rope theta is {theta}"
-    assert getattr(cfg, "head_dim", 64) in (None, 64)
+    assert cfg.head_dim == 64
     return cfg
 
 
+GEMMA3_LAYERS = 6   # llama.cpp's gemma3 fixes the pattern at 6: layers 0-4 sliding, layer 5 global
+
+
+def gemma3_config(transformers, vocab):
+    # The vocabulary is the mini Qwen BPE; the converter cuts token_embd to the tokenizer's own entries
+    # (8192 + 26 added), so the model's vocabulary is exactly that many rows. A window of 16 positions
+    # is shorter than every prompt plus its continuation; the global layer's RoPE is linearly scaled (x2)
+    # as the 4B-27B models are, the local layers' is not.
+    n_vocab = vocab["n_bpe"] + len(vocab["added"])
+    assert max(a["id"] for a in vocab["added"]) == n_vocab - 1
+    layer_types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(GEMMA3_LAYERS)]
+    kw = dict(
+        vocab_size=n_vocab,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=GEMMA3_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=4096,
+        initializer_range=0.02,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        query_pre_attn_scalar=64,
+        sliding_window=16,
+        layer_types=layer_types,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        bos_token_id=vocab["bos_token_id"],
+        eos_token_id=vocab["eos_token_id"],
+        pad_token_id=vocab["padding_token_id"],
+    )
+    rope_full = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}
+    rope_local = {"rope_type": "default", "rope_theta": 1e4}
+    try:
+        cfg = transformers.Gemma3TextConfig(
+            rope_parameters={"full_attention": rope_full, "sliding_attention": rope_local}, **kw)
+    except TypeError:
+        cfg = transformers.Gemma3TextConfig(rope_theta=1e6, rope_local_base_freq=1e4,
+                                            rope_scaling={"rope_type": "linear", "factor": 2.0}, **kw)
+    assert list(cfg.layer_types) == layer_types, cfg.layer_types
+    assert cfg.sliding_window == 16 and cfg.head_dim == 64 and cfg.query_pre_attn_scalar == 64
+    log(f"gemma3 rope: {getattr(cfg, 'rope_parameters', None) or (cfg.rope_theta, cfg.rope_scaling)}")
+    return cfg
+
+
+# The mini Qwen BPE (8192 ranks + 26 specials, 8320 rows), its prompts and tokenizer references: every mini
+# here reuses them, so their references and llama.cpp's runs tokenize alike.
+QWEN_MINI_VOCAB = dict(
+    vocab_gguf="models/qwen3-mini-F16.gguf",
+    gguf_pre="qwen2",                            # tokenizer.ggml.pre the converter must write
+    prompts_ref="refs/qwen3-mini.ref.json",      # prompts (text + expected ids) reused
+    tokenizer_ref="qwen-mini",                   # entry of refs/tokenizer.ref.json that must match
+    chat_template_ref="qwen3-chat-template",
+    # Qwen2's pre-tokenizer regex (split digits one by one), as in Qwen's tokenizer.json
+    split_regex=r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    normalizer="NFC",
+)
+
 ARCHS = {
-    "qwen3moe": dict(
-        name="qwen3moe-mini",
-        hf_class="Qwen3MoeForCausalLM",
-        make_config=qwen3moe_config,
-        vocab_gguf="models/qwen3-mini-F16.gguf",     # the mini Qwen BPE (8192 ranks + 26 specials, 8320 rows)
-        gguf_pre="qwen2",                            # tokenizer.ggml.pre the converter must write
-        prompts_ref="refs/qwen3-mini.ref.json",      # prompts (text + expected ids) reused
-        tokenizer_ref="qwen-mini",                   # entry of refs/tokenizer.ref.json that must match
-        chat_template_ref="qwen3-chat-template",
-        # Qwen2's pre-tokenizer regex (split digits one by one), as in Qwen's tokenizer.json
-        split_regex=r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
-        normalizer="NFC",
-    ),
+    "qwen3moe": dict(name="qwen3moe-mini", hf_class="Qwen3MoeForCausalLM", make_config=qwen3moe_config, moe=True,
+                     **QWEN_MINI_VOCAB),
+    # norm_shift: Gemma's RMSNorm multiplies by (1 + w) and the converter writes 1 + w
+    "gemma3": dict(name="gemma3-mini", hf_class="Gemma3ForCausalLM", make_config=gemma3_config, norm_shift=True,
+                   **QWEN_MINI_VOCAB),
 }
 
 LLAMACPP_NPM_VERSION = "3.21.1"   # node-llama-cpp release whose bundled llama.cpp ../shared/tools/llamacpp-src pins
@@ -293,15 +348,61 @@ def check_tokenizer(hf_tok, tokref, prompts):
     return bad
 
 
-def round_f16_bf16(torch, model):
-    """Every weight to a value exact in both F16 and BF16: BF16 rounding, then |x| < 2^-14 (F16 subnormal) -> 0."""
+def round_f16_bf16(torch, model, norm_shift=False):
+    """Every weight to a value exact in both F16 and BF16: BF16 rounding, then |x| < 2^-14 (F16 subnormal) -> 0.
+    With norm_shift (Gemma), a norm weight w is stored as 1 + w, so 1 + w is what gets rounded: both w and 1 + w
+    are then exact, and the converter's 1 + w (computed in BF16 from the saved weights) is the value HF uses."""
     with torch.no_grad():
         for n, p in model.named_parameters():
-            x = p.data.float().to(torch.bfloat16).float()
-            x[x.abs() < 2.0 ** -14] = 0.0
+            shifted = norm_shift and n.endswith("norm.weight")
+            x = p.data.float()
+            if shifted:
+                x = (1.0 + x).to(torch.bfloat16).float() - 1.0
+            else:
+                x = x.to(torch.bfloat16).float()
+                x[x.abs() < 2.0 ** -14] = 0.0
             assert x.abs().max().item() <= 65504.0, n
-            assert torch.equal(x.half().float(), x) and torch.equal(x.bfloat16().float(), x), n
+            for y in ((x, x + 1.0) if shifted else (x,)):
+                assert torch.equal(y.half().float(), y) and torch.equal(y.bfloat16().float(), y), n
             p.data.copy_(x)
+
+
+class Float64Everywhere:
+    """HF keeps islands of float32 even in a float64 model: RMSNorm and RoPE call .float(), the eager attention and
+    the MoE router ask softmax for dtype=float32, and RoPE's inverse frequencies are built with .float() at
+    construction. Inside this context every such request gives float64 instead, so that the reference is float64
+    throughout. Load and run the reference model inside it."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __enter__(self):
+        torch = self.torch
+        T, F = torch.Tensor, torch.nn.functional
+        self.saved = (T.float, T.to, T.softmax, F.softmax, torch.softmax)
+        narrow = (torch.float32, torch.float16, torch.bfloat16)
+        to0, tsm0, fsm0 = T.to, T.softmax, F.softmax
+
+        def to(self_, *a, **k):
+            if k.get("dtype") in narrow:
+                k["dtype"] = torch.float64
+            a = tuple(torch.float64 if isinstance(x, torch.dtype) and x in narrow else x for x in a)
+            return to0(self_, *a, **k)
+
+        def fsm(x, dim=None, _stacklevel=3, dtype=None):
+            return fsm0(x, dim=dim, dtype=torch.float64 if dtype in narrow else dtype)
+
+        def tsm(x, dim, dtype=None):
+            return tsm0(x, dim, dtype=torch.float64 if dtype in narrow else dtype)
+
+        T.float, T.to, T.softmax, F.softmax, torch.softmax = T.double, to, tsm, fsm, fsm
+        return self
+
+    def __exit__(self, *exc):
+        torch = self.torch
+        (torch.Tensor.float, torch.Tensor.to, torch.Tensor.softmax, torch.nn.functional.softmax,
+         torch.softmax) = self.saved
+        return False
 
 
 def set_eager_experts(model):
@@ -345,6 +446,70 @@ runpy.run_path({str(conv / 'convert_hf_to_gguf.py')!r}, run_name='__main__')
     return tail
 
 
+def float64_references(torch, transformers, spec, cfg, hf_dir: Path, prompts, args, dev, everywhere):
+    """Logits (top 10 per position; all of them for the first two prompts) and 48 greedy tokens with their top 5,
+    from the saved weights in float64. Returns the reference document (without train) and the full logits."""
+    import numpy as np
+    cls = getattr(transformers, spec["hf_class"])
+    moe = spec.get("moe", False)
+    kw = dict(dtype=torch.float64, attn_implementation="eager")
+    if moe:
+        try:
+            ref = cls.from_pretrained(str(hf_dir), experts_implementation="eager", **kw)
+        except TypeError:
+            ref = cls.from_pretrained(str(hf_dir), **kw)
+        set_eager_experts(ref)
+    else:
+        ref = cls.from_pretrained(str(hf_dir), **kw)
+    ref.to(dev).eval()
+    log(f"reference: attention {ref.config._attn_implementation}, dtype {next(ref.parameters()).dtype}, "
+        f"buffers {sorted({str(b.dtype) for b in ref.buffers()})}")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    V = ref.config.vocab_size
+    res, full, n_floats = [], [], 0
+    usage = torch.zeros(cfg.num_hidden_layers, cfg.num_experts if moe else 1, dtype=torch.long)
+    fwd = dict(output_router_logits=True) if moe else {}
+    with torch.no_grad():
+        for pi, p in enumerate(prompts):
+            ids = hf_tok.encode(p["text"], add_special_tokens=False)
+            assert ids == p["ids"]
+            o = ref(input_ids=torch.tensor([ids], device=dev), **fwd)
+            lg = o.logits[0].double()
+            assert lg.dtype == torch.float64
+            for li, rl in enumerate(getattr(o, "router_logits", None) or []):
+                sel = torch.topk(rl, cfg.num_experts_per_tok, dim=-1).indices.flatten().cpu()
+                usage[li] += torch.bincount(sel, minlength=cfg.num_experts)
+            tv, ti = torch.topk(lg, 10, dim=-1)
+            e = dict(text=p["text"], ids=ids, top10_ids=ti.tolist(),
+                     top10_logits=[[round(float(x), 6) for x in row] for row in tv.tolist()])
+            if pi < 2:
+                e["full_logits_offset_floats"] = n_floats
+                e["full_logits_shape"] = [len(ids), V]
+                full.append(lg.cpu().numpy().astype(np.float32).tobytes())
+                n_floats += len(ids) * V
+            seqi = list(ids)
+            g_ids, g_top5 = [], []
+            for _ in range(args.n_greedy):
+                last = ref(input_ids=torch.tensor([seqi], device=dev)).logits[0, -1].double()
+                tv5, ti5 = torch.topk(last, 5)
+                g_top5.append(dict(ids=ti5.tolist(), logits=[round(float(x), 6) for x in tv5.tolist()]))
+                nxt = int(ti5[0])
+                g_ids.append(nxt)
+                seqi.append(nxt)
+            e["greedy_ids"] = g_ids
+            e["greedy_text"] = hf_tok.decode(g_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            e["greedy_top5"] = g_top5
+            res.append(e)
+            margin = min(t["logits"][0] - t["logits"][1] for t in g_top5)
+            log(f"prompt {pi}: {len(ids)} ids, greedy {e['greedy_text'][:90]!r} (smallest top1-top2 margin {margin:.4f})")
+    if moe:
+        log(f"experts chosen per layer over the prompts: {usage.tolist()}")
+    how = "float64 throughout" if everywhere else "float64 with HF's float32 RMSNorm, RoPE and softmax"
+    doc = dict(model=spec["name"], dtype_of_reference=f"{how} (HF transformers, eager attention)", prompts=res)
+    del ref
+    return doc, b"".join(full)
+
+
 def stage_build(args):
     import torch
     import transformers
@@ -373,14 +538,16 @@ def stage_build(args):
     cfg = spec["make_config"](transformers, vocab)
     cls = getattr(transformers, spec["hf_class"])
     model = cls(cfg)
-    log(f"experts implementation: {set_eager_experts(model)}; attention: {model.config._attn_implementation}")
+    if spec.get("moe"):
+        log(f"experts implementation: {set_eager_experts(model)}")
+    log(f"attention: {model.config._attn_implementation}")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params} parameters")
     log(model)
 
     # converter dry run on the untrained model, so that a converter problem costs no training
     dry = out / "dry"
-    round_f16_bf16(torch, model)
+    round_f16_bf16(torch, model, spec.get("norm_shift", False))
     model.save_pretrained(str(dry))
     for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         if (hf_dir / fn).exists():
@@ -406,7 +573,9 @@ def stage_build(args):
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([dict(params=decay, weight_decay=0.1), dict(params=no_decay, weight_decay=0.0)],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    coef = cfg.router_aux_loss_coef
+    moe = spec.get("moe", False)
+    coef = cfg.router_aux_loss_coef if moe else 0.0
+    fwd = dict(output_router_logits=True) if moe else {}
     t0 = time.time()
     step, ce_hist = 0, []
     while True:
@@ -420,7 +589,7 @@ def stage_build(args):
         ix = torch.randint(0, len(stream) - seq - 1, (bs, 1), device=dev)
         x = data[ix + ar]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            o = model(input_ids=x, labels=x, output_router_logits=True)
+            o = model(input_ids=x, labels=x, **fwd)
         loss = o.loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -428,10 +597,11 @@ def stage_build(args):
         opt.step()
         step += 1
         if step % 25 == 0:
-            ce = (o.loss - coef * o.aux_loss).item() if o.aux_loss is not None else o.loss.item()
+            aux = getattr(o, "aux_loss", None)
+            ce = (o.loss - coef * aux).item() if aux is not None else o.loss.item()
             ce_hist.append(ce)
             if step % 250 == 0:
-                log(f"step {step} t={el:.0f}s lr={lr:.2e} ce={ce:.3f} aux={o.aux_loss.item():.3f}")
+                log(f"step {step} t={el:.0f}s lr={lr:.2e} ce={ce:.3f}" + (f" aux={aux.item():.3f}" if aux is not None else ""))
     seconds = time.time() - t0
     final = sum(ce_hist[-8:]) / max(1, len(ce_hist[-8:]))
     train = dict(steps=step, seconds=round(seconds, 1), final_train_loss=round(final, 3))
@@ -439,8 +609,9 @@ def stage_build(args):
 
     # rounding + (d) HF folder
     model.eval()
-    round_f16_bf16(torch, model)
-    model.config.output_router_logits = False
+    round_f16_bf16(torch, model, spec.get("norm_shift", False))
+    if moe:
+        model.config.output_router_logits = False
     model.to(torch.bfloat16).save_pretrained(str(hf_dir))
     hf_tok.save_pretrained(str(hf_dir))
     tc_path = hf_dir / "tokenizer_config.json"
@@ -453,57 +624,15 @@ def stage_build(args):
     torch.cuda.empty_cache()
 
     # (e) float64 references on the saved weights
-    kw = dict(dtype=torch.float64, attn_implementation="eager")
     try:
-        ref = cls.from_pretrained(str(hf_dir), experts_implementation="eager", **kw)
-    except TypeError:
-        ref = cls.from_pretrained(str(hf_dir), **kw)
-    log(f"reference: experts {set_eager_experts(ref)}, attention {ref.config._attn_implementation}, "
-        f"dtype {next(ref.parameters()).dtype}")
-    ref.to(dev).eval()
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    V = ref.config.vocab_size
-    res, full = [], []
-    n_floats = 0
-    usage = torch.zeros(cfg.num_hidden_layers, cfg.num_experts, dtype=torch.long)
-    with torch.no_grad():
-        for pi, p in enumerate(prompts):
-            ids = hf_tok.encode(p["text"], add_special_tokens=False)
-            assert ids == p["ids"]
-            o = ref(input_ids=torch.tensor([ids], device=dev), output_router_logits=True)
-            lg = o.logits[0].double()
-            for li, rl in enumerate(o.router_logits or []):
-                sel = torch.topk(rl.float(), cfg.num_experts_per_tok, dim=-1).indices.flatten().cpu()
-                usage[li] += torch.bincount(sel, minlength=cfg.num_experts)
-            tv, ti = torch.topk(lg, 10, dim=-1)
-            e = dict(text=p["text"], ids=ids, top10_ids=ti.tolist(),
-                     top10_logits=[[round(float(x), 6) for x in row] for row in tv.tolist()])
-            if pi < 2:
-                e["full_logits_offset_floats"] = n_floats
-                e["full_logits_shape"] = [len(ids), V]
-                full.append(lg.float().cpu().numpy().tobytes())
-                n_floats += len(ids) * V
-            seqi = list(ids)
-            g_ids, g_top5 = [], []
-            for _ in range(args.n_greedy):
-                last = ref(input_ids=torch.tensor([seqi], device=dev)).logits[0, -1].double()
-                tv5, ti5 = torch.topk(last, 5)
-                g_top5.append(dict(ids=ti5.tolist(), logits=[round(float(x), 6) for x in tv5.tolist()]))
-                nxt = int(ti5[0])
-                g_ids.append(nxt)
-                seqi.append(nxt)
-            e["greedy_ids"] = g_ids
-            e["greedy_text"] = hf_tok.decode(g_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            e["greedy_top5"] = g_top5
-            res.append(e)
-            margin = min(t["logits"][0] - t["logits"][1] for t in g_top5)
-            log(f"prompt {pi}: {len(ids)} ids, greedy {e['greedy_text'][:90]!r} (smallest top1-top2 margin {margin:.4f})")
-    log(f"experts chosen per layer over the prompts: {usage.tolist()}")
-    doc = dict(model=spec["name"], dtype_of_reference="float64 (HF transformers, eager attention)", train=train,
-               prompts=res)
+        with Float64Everywhere(torch):
+            doc, full = float64_references(torch, transformers, spec, cfg, hf_dir, prompts, args, dev, True)
+    except Exception as e:  # noqa: BLE001
+        log(f"FLOAT64 CONTEXT FAILED ({type(e).__name__}: {e}); references with HF's float32 islands instead")
+        doc, full = float64_references(torch, transformers, spec, cfg, hf_dir, prompts, args, dev, False)
+    doc["train"] = train
     (out / f"{spec['name']}.ref.json").write_text(json.dumps(doc, ensure_ascii=False))
-    (out / f"{spec['name']}.logits.f32").write_bytes(b"".join(full))
-    del ref
+    (out / f"{spec['name']}.logits.f32").write_bytes(full)
     torch.cuda.empty_cache()
 
     # GGUF by llama.cpp's converter
