@@ -32,13 +32,10 @@ bool CudaBackend::supports(const CNode& n) const {
     if (std::holds_alternative<op::AllReduce>(n.op) || std::holds_alternative<op::AllGather>(n.op))
         return impl_->opt.nccl != nullptr;
     if (const auto* rows = std::get_if<op::GetRows>(&n.op); rows && rows->shard) return false;
-    // The KV regions on the device hold f32 rows. Sliding-window layers keep theirs on the host, where
-    // their attention runs (the device kernels attend causally only, for now).
-    if (const auto* a = std::get_if<op::Attn>(&n.op); a && a->mode == AttnMode::SlidingWindow) return false;
+    // The KV regions on the device hold f32 rows.
     if (const auto* a = std::get_if<meta::Attn>(&n.meta)) return a->kv_type == GgmlType::F32;
-    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32 && kv->window == 0;
-    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
-        return f->kv.type == GgmlType::F32 && f->kv.window == 0;
+    if (const auto* kv = std::get_if<meta::Kv>(&n.meta)) return kv->type == GgmlType::F32;
+    if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.type == GgmlType::F32;
     // The fused gate/up kernel is a matvec: at most kMaxMatvecTokens columns.
     if (std::holds_alternative<op::FusedFFN>(n.op)) return n.shape[1] <= cuda::kMaxMatvecTokens;
     // Mixture-of-experts FFNs run on the host for now (the executor moves x, the logits and the output).
@@ -250,7 +247,7 @@ void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, co
                    blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd), &m.scale, k, int(kv_stride),
                    hd, dev(n.src[0]), int(q_stride), hd, &zero, s, int(n_kv), nt * n_kv, int(m.n_head)),
                "attention scores");
-    cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream);
+    cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream, std::get<op::Attn>(n.op).window);
     blas_check(cuda::cublas().sgemm_strided_batched(
                    blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv), &one, v, int(kv_stride), hd,
                    s, int(n_kv), nt * n_kv, &zero, dev(n.id), int(out_stride), hd, int(m.n_head)),
@@ -300,13 +297,13 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                     {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox, m.freq_scale},
                     s);
             },
-            [&](const op::Attn&) {
+            [&](const op::Attn& o) {
                 const bool prefill = nt > cuda::kMaxMatvecTokens;
                 const auto& m = std::get<meta::Attn>(n.meta);
                 if (prefill && gemm_attention && !opt.invariant && n.src.size() == 3)
                     return attention_gemm(g, n, bufs);  // unpaged
-                const cuda::AttnShape a{m.n_head, m.n_head_kv,  m.hd, g[n.src[0]].shape[0],
-                                        m.scale,  opt.invariant};
+                const cuda::AttnShape a{m.n_head, m.n_head_kv,   m.hd,    g[n.src[0]].shape[0],
+                                        m.scale,  opt.invariant, o.window};
                 const cuda::KvSlots at = slots(n);
                 if (!prefill || opt.invariant)
                     return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);

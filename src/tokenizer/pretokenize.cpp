@@ -17,6 +17,13 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Mistral's tekken (tokenizer.json; tekken.json for mistral-common's tiktoken): a letter run ends where
+// lower case turns to upper ("getHTTPResponseCode" -> "get", "HTTPResponse", "Code"), combining marks
+// stay in the run, digits go one by one, a punctuation run keeps trailing newlines and slashes, and
+// there are no contraction alternatives. llama.cpp keeps this regex only as a comment: its std::regex
+// lacks \p{Lu} and \p{M}, so it counts every non-ASCII letter as both cases and splits marks off.
+constexpr const char* kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 std::string pcre2_message(int code) {
     PCRE2_UCHAR buf[256];
@@ -44,11 +51,14 @@ PreTokenizer::PreTokenizer(std::string_view name, const std::string& file)
     } else if (name == "llama-bpe") {
         pattern = kLlama3Regex;
         ignore_merges_ = true;
+    } else if (name == "tekken") {  // no normalizer; tiktoken looks a whole piece up before merging
+        pattern = kTekkenRegex;
+        ignore_merges_ = true;
     } else if (name == "gpt-2" || name == "default") {
         pattern = kGpt2Regex;
     } else {
         throw Error(file + ": unsupported pre-tokenizer tokenizer.ggml.pre = '" + std::string(name) +
-                    "' (supported: qwen2, llama-bpe, gpt-2, default)");
+                    "' (supported: qwen2, llama-bpe, tekken, gpt-2, default)");
     }
     int err = 0;
     PCRE2_SIZE err_offset = 0;

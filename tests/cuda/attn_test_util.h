@@ -237,17 +237,20 @@ inline const char* attention_kernel_name(AttnKernel kernel) {
 }
 
 // Runs attention for queries at `pos` over a fresh random region of n_ctx rows and checks every token
-// and head against attention_ref over the region's rows [0, min(pos[t] + 1, n_ctx)).
+// and head against attention_ref over the region's rows [0, min(pos[t] + 1, n_ctx)) (with a sliding
+// window, from pos[t] - window + 1; the budget's bounds still range over all the rows before).
 inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide_q, float q_amp,
-                            std::mt19937& rng, AttnKernel kernel = AttnKernel::Decode) {
+                            std::mt19937& rng, AttnKernel kernel = AttnKernel::Decode, int64_t window = 0) {
     const int64_t nt = int64_t(pos.size()), hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
     const int64_t q_stride = wide_q ? row + 2 * n_embd : row;  // Q inside a fused QKV buffer
     SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + ", head_dim " +
                  std::to_string(hd) + ", nt " + std::to_string(nt) + ", pos[0] " + std::to_string(pos[0]) +
-                 ", n_ctx " + std::to_string(n_ctx) + ", q_stride " + std::to_string(q_stride));
+                 ", n_ctx " + std::to_string(n_ctx) + ", q_stride " + std::to_string(q_stride) + ", window " +
+                 std::to_string(window));
     const TestRegion reg(n_embd, n_ctx, rng);
     const Vec q = uniform(rng, nt * q_stride, -q_amp, q_amp);
-    const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, q_stride, float(1.0 / std::sqrt(double(hd)))};
+    cuda::AttnShape a{c.n_head, c.n_head_kv, hd, q_stride, float(1.0 / std::sqrt(double(hd)))};
+    a.window = window;
     const int splits = cuda::attention_splits(a, nt, n_ctx);
     DeviceBuffer<float> dq(q), dout(size_t(nt * row));
     DeviceBuffer<int32_t> dpos(pos);
@@ -269,9 +272,10 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
     const int64_t group = c.n_head / c.n_head_kv;
     parallel_rows(nt, [&](int64_t t) {
         const int64_t n_kv = std::min<int64_t>(int64_t(pos[size_t(t)]) + 1, n_ctx);
+        const int64_t first = window > 0 ? std::max<int64_t>(0, pos[size_t(t)] - window + 1) : 0;
         const float* qt = q.data() + t * q_stride;
         const cpu::KvRows rows = cpu::contiguous_rows(reg.k.data(), reg.v.data(), n_embd, n_ctx);
-        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, 0, n_kv, a.scale);
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, first, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const float* qh = qt + h * hd;
             const int64_t off = (h / group) * hd;

@@ -187,7 +187,7 @@ void run_tiled(AttnKernel tiled, const float* q, const cuda::KvRegion& r, const 
 // or (split_rows, as the backend runs a paged batch) the decode kernel on the rows alone in their chunk
 // and the tiled kernel on the others, each row within its kernel's budget (rows left out stay NaN).
 void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bool split_rows,
-                         std::mt19937& rng, AttnKernel tiled = AttnKernel::Prefill) {
+                         std::mt19937& rng, AttnKernel tiled = AttnKernel::Prefill, int64_t window = 0) {
     const int64_t hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
     const PagedLayout l = scatter(chunks, 5, 40, rng);
     TestRegion reg(n_embd, l.n_blocks * l.block(), rng);
@@ -195,7 +195,8 @@ void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bo
     const BatchRows b = batch_rows(chunks);
     const auto nt = int64_t(b.pos.size());
     const Vec q = uniform(rng, nt * row, -1.0f, 1.0f);
-    const cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+    cuda::AttnShape a{c.n_head, c.n_head_kv, hd, row, float(1.0 / std::sqrt(double(hd)))};
+    a.window = window;
     const DeviceSlots at(b, l);
     DeviceBuffer<float> dq(q), dout(size_t(nt * row));
     fill_nan(dout, nt * row);
@@ -214,9 +215,10 @@ void check_prefill_batch(const AttnCase& c, const std::vector<Chunk>& chunks, bo
     const int64_t group = c.n_head / c.n_head_kv;
     parallel_rows(nt, [&](int64_t t) {
         const int64_t n_kv = int64_t(b.pos[size_t(t)]) + 1;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, n_kv - window) : 0;
         const cpu::KvRows rows = l.rows(reg, size_t(b.slot[size_t(t)]));
         const float* qt = q.data() + t * row;
-        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, 0, n_kv, a.scale);
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, first, n_kv, a.scale);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const HeadBounds hb = head_bounds(qt + h * hd, rows, (h / group) * hd, hd, n_kv);
             const AttnKernel k = single[size_t(t)] ? AttnKernel::Decode : tiled;
@@ -248,6 +250,21 @@ TEST(CudaPaged, PrefillTilesAcrossSequencesMatchReference) {
             if (c.head_dim != 64 && c.head_dim != 128) continue;
             check_prefill_batch(c, batch, false, rng, AttnKernel::PrefillMma);
             check_prefill_batch(c, batch, true, rng, AttnKernel::PrefillMma);
+        }
+}
+
+// Sliding windows in paged batches: the tiled kernel on every row, and the decode kernel on the single
+// rows beside it, each row against attention_ref over its own window of its sequence's paged rows.
+TEST(CudaPaged, SlidingWindowBatchesMatchReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(4545);
+    const std::vector<Chunk> batch = {{0, 40}, {100, 1}, {5, 20}, {0, 1}, {300, 70}, {33, 30}};
+    for (const AttnCase& c : kAttnShapes)
+        for (int64_t window : {4, 32, 50}) {
+            SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+                         ", head_dim " + std::to_string(c.head_dim) + ", window " + std::to_string(window));
+            check_prefill_batch(c, batch, false, rng, AttnKernel::Prefill, window);
+            check_prefill_batch(c, batch, true, rng, AttnKernel::Prefill, window);
         }
 }
 

@@ -167,6 +167,24 @@ TEST(CudaAttnPrefill, EmptySplits) {
             check_prefill(cases[i], consecutive(nt, n_past), 4096, (i + size_t(nt)) % 2 == 0, rng);
 }
 
+// Sliding windows: each row sees its last `window` positions only; windows shorter than a key tile, on
+// and across its boundary, longer than the context; rows whose windows start in different tiles, split
+// and unsplit key ranges. The tensor-core kernel does not take them.
+TEST(CudaAttnPrefill, SlidingWindow) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(1818);
+    const AttnCase cases[] = {kAttnShapes[0], kAttnShapes[1], kAttnShapes[6], {6, 2, 96}};
+    for (size_t i = 0; i < std::size(cases); ++i)
+        for (int64_t window : {1, 7, 32, 33, 100, 5000})
+            for (auto [nt, n_past] :
+                 {std::pair<int64_t, int32_t>{9, 0}, {65, 50}, {130, 0}, {512, 0}, {100, 3000}})
+                check_attention(cases[i], consecutive(nt, n_past), 4096, (i + size_t(nt)) % 2 == 0, 1.0f, rng,
+                                AttnKernel::Prefill, window);
+    cuda::AttnShape a{4, 2, 128, 512, 1.0f};
+    a.window = 16;
+    EXPECT_FALSE(cuda::attention_prefill_mma_fits(a, 16));
+}
+
 // Head layouts a kernel does not serve are refused before anything runs; the tensor-core kernel's fit
 // says which it takes.
 TEST(CudaAttnPrefill, UnsupportedHeadDim) {

@@ -445,6 +445,21 @@ TEST(CudaOps, AttentionPrefill) {
         }
 }
 
+// A sliding window: each query sees its last `window` positions only; windows that start inside and on
+// the kernel's 8-key tiles, shorter and longer than a split's share, decode and prefill rows.
+TEST(CudaOps, AttentionSlidingWindow) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(919);
+    for (size_t i = 0; i < std::size(kAttnShapes); ++i)
+        for (int64_t window : {1, 5, 16, 100, 1024}) {
+            for (int32_t p : {0, 3, 17, 64, 1000, 2047})
+                check_attention(kAttnShapes[i], {p}, 2048, i % 2 == 1, 1.0f, rng, AttnKernel::Decode, window);
+            Pos pos(9);
+            for (int t = 0; t < 9; ++t) pos[size_t(t)] = 290 + t;
+            check_attention(kAttnShapes[i], pos, 512, i % 2 == 0, 1.0f, rng, AttnKernel::Decode, window);
+        }
+}
+
 // ---- qkv_epilogue
 
 struct EpiCase {

@@ -45,6 +45,7 @@ TempDir& scratch() {
 
 // more_bits: llama-quantize's _M mix, these matrices (attn_v and ffn_down of both layers) in that type.
 // n_vocab >= 65536 gets an output head of its own (untied), which the CUDA backend uploads tiled for Q4_K.
+// gemma3 has six layers, five of them within a window of 8 positions; qwen3moe 8 experts of width 64.
 std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_vocab = 512,
                              std::optional<GgmlType> more_bits = std::nullopt) {
     TempDir& dir = scratch();
@@ -56,6 +57,8 @@ std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_v
     s.tied_output = n_vocab < 65536;
     s.type = type;
     s.more_bits_type = more_bits;
+    if (arch == "gemma3") s.n_layer = 6, s.n_swa = 8;
+    s.n_ff_exp = 64;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
     return Model::load(path);
@@ -173,19 +176,16 @@ TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,
-                         ::testing::Values(TypeCase{"qwen2", GgmlType::F32, 1e-4f, 1e-4f},
-                                           TypeCase{"qwen2", GgmlType::F16, 1e-4f, 1e-4f},
-                                           TypeCase{"qwen3", GgmlType::BF16, 1e-4f, 1e-4f},
-                                           TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
-                                           TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f},
-                                           TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
-                                           TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 65536},
-                                           TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f},
-                                           TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f}),
-                         [](const auto& info) {
-                             return std::string(info.param.arch) + "_" + ggml_type_name(info.param.type);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, CudaVsCpu,
+    ::testing::Values(
+        TypeCase{"qwen2", GgmlType::F32, 1e-4f, 1e-4f}, TypeCase{"qwen2", GgmlType::F16, 1e-4f, 1e-4f},
+        TypeCase{"qwen3", GgmlType::BF16, 1e-4f, 1e-4f}, TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
+        TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
+        TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 65536},
+        TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f}, TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f},
+        TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 1e-4f}, TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 1e-4f}),
+    [](const auto& info) { return std::string(info.param.arch) + "_" + ggml_type_name(info.param.type); });
 
 // The decode fusions (FusedQKV / FusedQkvNorm, FusedFFN) compute what the unfused chain does, V of its
 // own type (an _M mix) included. In f32 (MINFER_EXACT_DECODE=1, and MINFER_NO_MMA=1 for the 7-token
@@ -327,7 +327,8 @@ TEST(CudaBatch, ManySequencesMatchCpuEngine) {
     MINFER_REQUIRE_GPU();
     for (const TypeCase& c :
          {TypeCase{"qwen2", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 0},
-          TypeCase{"llama", GgmlType::F16, 1e-4f, 0}}) {
+          TypeCase{"llama", GgmlType::F16, 1e-4f, 0}, TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 0},
+          TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 0}}) {
         SCOPED_TRACE(std::string(c.arch) + " " + ggml_type_name(c.type));
         const auto m = synth(c.arch, c.type);
         const auto ref = dequantized(*m);
@@ -464,7 +465,8 @@ std::vector<float> alone_logits(Engine& e, const std::vector<int32_t>& stream) {
 TEST(CudaBatch, DeterministicRowsEqualAlone) {
     MINFER_REQUIRE_GPU();
     for (const auto& [arch, type] : {std::pair{"qwen2", GgmlType::Q4_K}, std::pair{"llama", GgmlType::Q8_0},
-                                     std::pair{"qwen3", GgmlType::BF16}}) {
+                                     std::pair{"qwen3", GgmlType::BF16}, std::pair{"gemma3", GgmlType::Q8_0},
+                                     std::pair{"qwen3moe", GgmlType::Q8_0}}) {
         SCOPED_TRACE(std::string(arch) + " " + ggml_type_name(type));
         const auto m = synth(arch, type);
         const auto n_vocab = size_t(m->hp.n_vocab);

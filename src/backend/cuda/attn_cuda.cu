@@ -67,6 +67,11 @@ struct KeyShare {
           active(int(lmax(int64_t(1), (tiles + per_split - 1) / per_split))) {}
 };
 
+// The first key a query at position pos sees: 0, or with a sliding window pos - window + 1.
+__device__ int64_t first_key(const AttnShape& a, int64_t pos) {
+    return a.window > 0 ? lmax(0, pos - a.window + 1) : 0;
+}
+
 // Online-softmax state of one warp: the running max m (the same in every lane), this lane's share of
 // the running sum l, and the lane's elements lane + 32 e of the unnormalized output.
 template <int kE>
@@ -106,14 +111,14 @@ __device__ float dot_key(const float4 (&k)[2 * kE], const float* sq, int64_t hd)
     return v;
 }
 
-// One tile of keys [j0, j0 + kTile) ∩ [0, n_kv) of the sequence whose block-table row is `blocks`, for
+// One tile of keys [j0, j0 + kTile) ∩ [lo, n_kv) of the sequence whose block-table row is `blocks`, for
 // one warp and the block's g query heads (sq: their q rows, sp: their tile probabilities): lanes
 // 4i..4i+3 load key j0 + i once and score it for every head; per head the warp updates the max once, then
 // the lanes run along the head's elements and add p_j * v_j over the tile's keys (the tile's v rows
 // loaded together, once for all heads; p read back from the head's sp).
 template <int kE, int kG>
 __device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float* sq, float (&sp)[kG][kTile],
-                          int64_t kvh, int64_t j0, int64_t n_kv, int g, WarpState<kE> (&st)[kG]) {
+                          int64_t kvh, int64_t j0, int64_t lo, int64_t n_kv, int g, WarpState<kE> (&st)[kG]) {
     const int lane = threadIdx.x % kWarp, key = lane / kLanesPerKey;
     const int64_t hd = p.a.head_dim, j = j0 + key;
     const int32_t shift = p.at.block_shift;
@@ -125,7 +130,7 @@ __device__ void walk_tile(const AttnArgs& p, const int32_t* blocks, const float*
         for (int h = 0; h < kG; ++h)
             if (h < g) {
                 const float dot = dot_key<kE>(k, sq + h * hd, hd);  // every lane: the shuffles need them all
-                sg[h] = j < n_kv ? dot : -INFINITY;
+                sg[h] = j >= lo && j < n_kv ? dot : -INFINITY;
             }
     }
     float vv[kTile][kE];
@@ -275,10 +280,12 @@ __device__ __forceinline__ void attention_body(const AttnArgs& p) {
     const int g = int(lmin(kG, group - first_head));
     if (!serves_row(p.rows, p.at, t, p.nt)) return;
     const int64_t n_kv = lmin(int64_t(p.at.pos[t]) + 1, seq_capacity(p.at, p.r));
+    const int64_t lo = first_key(p.a, p.at.pos[t]), tile0 = lo / kTile;  // a window's first key and tile
     const int32_t* blocks = seq_blocks(p.at, t);
-    const KeyShare share(n_kv, p.splits);
+    const KeyShare share(n_kv - tile0 * kTile, p.splits);
     if (share.active == 1 && blockIdx.z > 0) return;  // split 0 holds every key: no merge
-    const int64_t first = blockIdx.z * share.per_split, last = lmin(share.tiles, first + share.per_split);
+    const int64_t first = tile0 + blockIdx.z * share.per_split;
+    const int64_t last = lmin(tile0 + share.tiles, first + share.per_split);
     prefetch_keys(p.r, blocks, p.at.block_shift, kvh * hd, hd, first * kTile, lmin(n_kv, last * kTile));
     wait_for_inputs();
 
@@ -288,7 +295,7 @@ __device__ __forceinline__ void attention_body(const AttnArgs& p) {
     __syncthreads();
     WarpState<kE> st[kG];
     for (int64_t tile = first + warp; tile < last; tile += kWarps)
-        walk_tile<kE, kG>(p, blocks, sq, sh_p[warp], kvh, tile * kTile, n_kv, g, st);
+        walk_tile<kE, kG>(p, blocks, sq, sh_p[warp], kvh, tile * kTile, lo, n_kv, g, st);
     merge_warps<kE, kG>(p, st, sh_m, sh_l, sh_acc, split, h0, g, t, share.active);
     if (kG == 1 && share.active > 1) merge_splits(p, split, sh_acc + kWarps * hd, h0, t);
 }
@@ -309,13 +316,15 @@ __global__ void __launch_bounds__(kWarps* kWarp, 2) attention_group128_kernel(At
     attention_body<4, 8>(p);
 }
 
-__global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv) {
+__global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv,
+                                      int64_t window) {
     begin_kernel();
     const int64_t t = blockIdx.x, h = blockIdx.y;
     float* row = scores + (h * nt + t) * n_kv;
     const int64_t limit = lmin(int64_t(pos[t]) + 1, n_kv);
+    const int64_t lo = window > 0 ? lmax(0, int64_t(pos[t]) - window + 1) : 0;
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    for (int64_t j = lo + threadIdx.x; j < limit; j += blockDim.x) mx = fmaxf(mx, row[j]);
     __shared__ float red[kWarp];
     for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
@@ -323,9 +332,10 @@ __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t
     mx = -INFINITY;
     for (int w = 0; w < int(blockDim.x / kWarp); ++w) mx = fmaxf(mx, red[w]);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) sum += (row[j] = expf(row[j] - mx));
+    for (int64_t j = lo + threadIdx.x; j < limit; j += blockDim.x) sum += (row[j] = expf(row[j] - mx));
     const float inv = 1.0f / block_sum(sum);
-    for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) row[j] = j < limit ? row[j] * inv : 0.0f;
+    for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x)
+        row[j] = j >= lo && j < limit ? row[j] * inv : 0.0f;
 }
 
 struct EpilogueArgs {
@@ -475,10 +485,11 @@ void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt,
     launch_attention<1>(p, e, a.n_head, s);
 }
 
-void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s) {
+void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s,
+                    int64_t window) {
     if (nt <= 0 || n_kv <= 0) return;
     launch("causal_softmax kernel", causal_softmax_kernel, dim3(unsigned(nt), unsigned(n_head)), 256, 0, s,
-           scores, pos, nt, n_kv);
+           scores, pos, nt, n_kv, window);
 }
 
 void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,

@@ -101,9 +101,12 @@ struct RowState {
 
 // The keys the block's rows see of one sequence (the rows' segment; the unpaged layout has one): every
 // row sees [0, lo), none sees a key at or past hi; lim[r] is the count of the lane's row r (0 for a row
-// past nt or of another sequence); blocks is the sequence's block-table row (null when unpaged).
+// past nt or of another sequence); blocks is the sequence's block-table row (null when unpaged). With a
+// sliding window, row r sees only keys from[r] and on: none sees a key before from_lo, every one those
+// from from_hi.
 struct BlockKeys {
     int lo, hi, lim[kRm];
+    int from_lo, from_hi, from[kRm];
     unsigned rows;  // the rows of the sequence, a bit per row of the block
     const int32_t* blocks;
 };
@@ -121,28 +124,36 @@ __device__ BlockKeys block_keys(const PrefillArgs& p, int64_t t0, unsigned& todo
     const bool member = (todo >> lane & 1u) && (!p.at.table || p.at.slot[t] == p.at.slot[first]);
     todo &= ~__ballot_sync(0xffffffffu, member);
     const int n = member ? keys_seen(p.at, p.r, t) : 0;
+    const int from = member && p.a.window > 0 ? int(max(int64_t(0), p.at.pos[t] - p.a.window + 1)) : 0;
     BlockKeys k;
     k.rows = __ballot_sync(0xffffffffu, member);
     k.blocks = seq_blocks(p.at, first);
     k.lo = __reduce_min_sync(0xffffffffu, t < p.nt ? n : INT_MAX);
     k.hi = __reduce_max_sync(0xffffffffu, n);
+    k.from_lo = __reduce_min_sync(0xffffffffu, member ? from : INT_MAX);
+    k.from_hi = __reduce_max_sync(0xffffffffu, from);
     const int row0 = threadIdx.x / kWarp * kWarpRows + lane / kTx;
 #pragma unroll
-    for (int r = 0; r < kRm; ++r) k.lim[r] = __shfl_sync(0xffffffffu, n, row0 + kTy * r);
+    for (int r = 0; r < kRm; ++r) {
+        k.lim[r] = __shfl_sync(0xffffffffu, n, row0 + kTy * r);
+        k.from[r] = __shfl_sync(0xffffffffu, from, row0 + kTy * r);
+    }
     return k;
 }
 
-// The key tiles [first, last) of this block's split: the block's ceil(hi / kBk) tiles cut into runs of
-// `per` (at least kMinTiles), split z taking run z; `active` splits get a run (1 when there is no key).
-// Every block of the cluster sees the same rows, hence the same share.
+// The key tiles [first, last) of this block's split: the block's tiles from the one holding from_lo (0
+// without a window) to ceil(hi / kBk) cut into runs of `per` (at least kMinTiles), split z taking run z;
+// `active` splits get a run (1 when there is no key). Every block of the cluster sees the same rows,
+// hence the same share.
 struct KeyShare {
     int first, last, active;
 };
 
-__device__ KeyShare key_share(int hi, int splits) {
-    const int tiles = (hi + kBk - 1) / kBk, per = max(kMinTiles, (tiles + splits - 1) / splits);
-    const int first = int(blockIdx.z) * per;
-    return {min(first, tiles), min(first + per, tiles), max(1, (tiles + per - 1) / per)};
+__device__ KeyShare key_share(int from_lo, int hi, int splits) {
+    const int end = (hi + kBk - 1) / kBk, begin = min(from_lo / kBk, end), tiles = end - begin;
+    const int per = max(kMinTiles, (tiles + splits - 1) / splits);
+    const int first = begin + int(blockIdx.z) * per;
+    return {min(first, end), min(first + per, end), max(1, (tiles + per - 1) / per)};
 }
 
 // q * scale of the block's rows into qs; rows past nt are zero. Rows on 16-byte boundaries (q_vec) are
@@ -219,20 +230,22 @@ __device__ void score_tile(const float* qs, const float* ks, int hd, float (&s)[
     }
 }
 
-// One tile's online-softmax step for the lane's rows: on a masked tile, keys j >= lim[r] get -inf; the
+// One tile's online-softmax step for the lane's rows: on a masked tile, keys j >= lim[r] (or, in a sliding
+// window, j < from[r]) get -inf; the
 // row max is joined over the row's 8 lanes; output and sum are rescaled by expf(m_old - m_new) (a row
 // without a key yet keeps p = 0); p goes to ps as one float4 of the lane's rows per key.
 template <int kC>
 __device__ void softmax_tile(float (&s)[kRm][kCk], RowState<kC>& st, const BlockKeys& keys, int j0,
                              float* ps) {
     const int lane = threadIdx.x % kWarp, tx = lane % kTx;
-    const bool masked = j0 + kBk > keys.lo;
+    const bool masked = j0 + kBk > keys.lo || j0 < keys.from_hi;
 #pragma unroll
     for (int r = 0; r < kRm; ++r) {
         float mt = -INFINITY;
 #pragma unroll
         for (int c = 0; c < kCk; ++c) {
-            if (masked && j0 + tx + kTx * c >= keys.lim[r]) s[r][c] = -INFINITY;
+            const int j = j0 + tx + kTx * c;
+            if (masked && (j >= keys.lim[r] || j < keys.from[r])) s[r][c] = -INFINITY;
             mt = fmaxf(mt, s[r][c]);
         }
 #pragma unroll
@@ -400,7 +413,7 @@ __device__ void serve_rows(const PrefillArgs& p, const BlockKeys& keys, bool las
     float* ks = qs + kBq * (hd + kPad);
     float* vs = ks + kBk * (hd + kPad);
     float* ps = vs + kBk * hd;
-    const KeyShare share = key_share(keys.hi, p.splits);
+    const KeyShare share = key_share(keys.from_lo, keys.hi, p.splits);
     if (int(blockIdx.z) >= share.active) {
         if (!last_seq && share.active > 1) merge_splits(p, qs, ml, keys, t0, h, hd, share.active);
         return;

@@ -75,13 +75,15 @@ struct AttnShape {
     int64_t q_stride;  // floats between token rows of q (q may sit in a wider buffer)
     float scale;
     bool one_token_splits = false;  // attention: split every row's keys as one decode row's (invariant)
+    int64_t window = 0;  // > 0: a query at position p sees keys p - window + 1 .. p only (sliding window)
 };
 // Which query rows a launch serves: all, or in a paged batch the rows alone in their chunk (a decode
 // token: no neighbouring row of its sequence) or the others (prefill chunks). A batch of both runs the
 // per-row kernel (attention) on the single rows and the query-tiled one (attention_prefill) on the chunks.
 enum class AttnRows : uint8_t { kAll, kSingle, kChunked };
 
-// Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]] of its sequence.
+// Causal GQA attention of nt query rows against the region: query t sees rows [0, pos[t]] of its sequence
+// (with a window, rows [pos[t] - window + 1, pos[t]]).
 // out: [nt][n_head * head_dim]. Decode (nt == 1, or any nt with one_token_splits) splits contexts of
 // more than 64 keys over up to attention_splits() blocks per head, one thread-block cluster, which merge
 // their partial softmaxes (1 where clusters are missing).
@@ -103,8 +105,10 @@ void attention_prefill(const float* q, const KvRegion& r, const KvSlots& at, int
                        float* out, Stream s, AttnRows rows = AttnRows::kAll);
 
 // Prefill attention's middle step (the products around it run in cuBLAS): score rows
-// scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero.
-void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s);
+// scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero (and, with a
+// window > 0, those before pos[t] - window + 1).
+void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s,
+                    int64_t window = 0);
 
 // The region's first n_kv key and value rows with each KV head repeated for its query heads:
 // k_out[j][h * head_dim + i] = k[j][(h / group) * head_dim + i], likewise v ([n_kv][n_head * head_dim]),
