@@ -42,12 +42,20 @@ std::string byte_level_decode(std::string_view s) {
     return out;
 }
 
+// Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token: as llama.cpp decides by the
+// pre-tokenizer, for Mistral's tekken only.
+bool add_bos_by_default(const std::string& pre) {
+    return pre == "tekken";
+}
+
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(const GgufFile& f)
     : vocab_(f),
       pre_(f.get_str_or("tokenizer.ggml.pre", "default"), f.path()),
-      add_bos_(f.has("tokenizer.ggml.add_bos_token") && f.get_bool("tokenizer.ggml.add_bos_token")) {
+      add_bos_(f.has("tokenizer.ggml.add_bos_token")
+                   ? f.get_bool("tokenizer.ggml.add_bos_token")
+                   : add_bos_by_default(f.get_str_or("tokenizer.ggml.pre", "default"))) {
     const auto& byte_utf8 = unicode::byte_to_utf8();
     for (int b = 0; b < 256; ++b) {
         byte_token_[b] = vocab_.find(byte_utf8[b]);

@@ -21,7 +21,8 @@ constexpr const char* kQwen2Regex =
 // lower case turns to upper ("getHTTPResponseCode" -> "get", "HTTPResponse", "Code"), combining marks
 // stay in the run, digits go one by one, a punctuation run keeps trailing newlines and slashes, and
 // there are no contraction alternatives. llama.cpp keeps this regex only as a comment: its std::regex
-// lacks \p{Lu} and \p{M}, so it counts every non-ASCII letter as both cases and splits marks off.
+// path has no \p{Lu} and kin, so it runs [^a-z] and [^A-Z] over \p{L} instead, which takes every
+// non-ASCII letter for both cases and leaves combining marks out of letter runs.
 constexpr const char* kTekkenRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 

@@ -25,11 +25,14 @@ nlohmann::json load_reference() {
     return nlohmann::json::parse(in);
 }
 
-// llama3-vocab.gguf with tokenizer.ggml.pre = "tekken" and the reference's extra tokens and merges.
-std::unique_ptr<Tokenizer> tekken_tokenizer(const nlohmann::json& ref, const std::string& path) {
+// llama3-vocab.gguf with tokenizer.ggml.pre = "tekken" and the reference's extra tokens and merges; with
+// keep_add_bos false, without its tokenizer.ggml.add_bos_token.
+std::unique_ptr<Tokenizer> tekken_tokenizer(const nlohmann::json& ref, const std::string& path,
+                                            bool keep_add_bos = true) {
     const auto vocab = GgufFile::open(test::model_path("llama3-vocab.gguf"));
     GgufWriter w;
-    for (const auto& [key, value] : vocab->metadata()) w.set(key, value);
+    for (const auto& [key, value] : vocab->metadata())
+        if (keep_add_bos || key != "tokenizer.ggml.add_bos_token") w.set(key, value);
     w.set_str("tokenizer.ggml.pre", "tekken");
     std::vector<std::string> tokens = vocab->get_str_array("tokenizer.ggml.tokens");
     const std::vector<int64_t> types64 = vocab->get_int_array("tokenizer.ggml.token_type");
@@ -81,6 +84,17 @@ TEST(TokenizerTekken, SplitsLikeTheTokenizerJsonRegex) {
         const std::vector<std::string_view> pieces = pre.split(text);
         EXPECT_EQ(std::vector<std::string>(pieces.begin(), pieces.end()), want) << text;
     }
+}
+
+// A tekken file that does not say whether to add BOS gets one, as llama.cpp gives it.
+TEST(TokenizerTekken, AddsBosWhenTheFileDoesNotSay) {
+    MINFER_REQUIRE_FILE(test::model_path("llama3-vocab.gguf"));
+    test::TempDir dir;
+    const auto tok = tekken_tokenizer(load_reference(), dir.file("tekken.gguf"), false);
+    ASSERT_GE(tok->bos_id(), 0);
+    const std::vector<int32_t> ids = tok->encode("Hello", true, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), tok->bos_id());
 }
 
 }  // namespace

@@ -12,8 +12,9 @@ needs weights, so the GGUF it loads is llama-mini-F16.gguf's with the embedding 
   ids     llama.cpp's /tokenize of the whole text (add_special false);
   pieces  the split by tekken's own regex (tokenizer.json / tekken.json) in Python's `regex` module;
   ids_by_piece, only where llama.cpp's split differs from `pieces`: llama.cpp's ids of each piece alone.
-llama.cpp cannot run tekken's regex (std::regex has no \\p{Lu}, \\p{M}): it runs an approximation that
-counts every non-ASCII letter as both upper and lower case and splits combining marks off a letter run.
+llama.cpp cannot run tekken's regex (its std::regex path has no \\p{Lu} and kin): it runs an approximation
+with [^a-z] and [^A-Z] over \\p{L}, which takes every non-ASCII letter for both upper and lower case and
+leaves combining marks out of letter runs.
 Where that changes the split, `ids` is llama.cpp's answer to a different split and `ids_by_piece` is the
 answer for tekken's own split. A piece is sent to the tekken GGUF when llama.cpp keeps it whole there,
 else to a copy with pre "bloom" (regex ` ?[^(\\s|.,!?…。，、।۔،)]+`, which keeps it whole); bloom does not
