@@ -19,8 +19,8 @@ The stages run on different machines:
 
 The reference JSON mirrors ../shared/refs/qwen3-mini.ref.json field for field.
 
-Status (2026-12-07): prep and llamacpp ran here (llamacpp reproduces qwen3-mini-Q8_0.llamacpp.json byte for
-byte). The configs are small enough for the repository (about 4.5 MB in F16 each). The reference is made inside
+Status (2026-12-07): both entries built on an H100 (tests/data/minis/ holds their F16 files and references;
+minfer gives every float64 greedy token of the six prompts on both). The reference is made inside
 Float64Everywhere, since HF computes RMSNorm, RoPE and the softmaxes in float32 even after model.double().
 
 Recipe (build-mini-carry/ is ignored by .gitignore's /build*/; prep's output serves every ARCH, since they share

@@ -20,6 +20,11 @@ inline std::string model_path(const std::string& file) {
 inline std::string ref_path(const std::string& file) {
     return data_dir() + "/refs/" + file;
 }
+// The minis this repository holds, with their references (tests/data/minis/README.md says how they were
+// made: scripts/make-arch-mini.py).
+inline std::string repo_mini_path(const std::string& file) {
+    return std::string(MINFER_SOURCE_DIR) + "/tests/data/minis/" + file;
+}
 
 }  // namespace minfer::test
 

@@ -16,9 +16,10 @@ namespace {
 constexpr double kLogitTol = 2e-3;  // absolute, against the float64 reference (issue acceptance)
 
 struct FloatCase {
-    const char* model;  // qwen2-mini, ...
-    const char* type;   // F16, BF16
-    int tp = 1;         // tensor-parallel ranks
+    const char* model;     // qwen2-mini, ...
+    const char* type;      // F16, BF16
+    int tp = 1;            // tensor-parallel ranks
+    bool in_repo = false;  // the file and its references are in tests/data/minis, not $MINFER_TEST_DATA
 };
 
 // A test name from a model and type: "qwen3moe-mini", "F16" -> "qwen3moe_mini_F16".
@@ -43,8 +44,14 @@ class FloatGolden : public ::testing::TestWithParam<FloatCase> {};
 TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
     const FloatCase& c = GetParam();
     const std::string name = c.model;
-    const std::string file = model_path(name + "-" + c.type + ".gguf");
-    const std::string ref_file = ref_path(name + ".ref.json");
+    const auto model_file = [&](const std::string& f) {
+        return c.in_repo ? repo_mini_path(f) : model_path(f);
+    };
+    const auto ref_file_of = [&](const std::string& f) {
+        return c.in_repo ? repo_mini_path(f) : ref_path(f);
+    };
+    const std::string file = model_file(name + "-" + c.type + ".gguf");
+    const std::string ref_file = ref_file_of(name + ".ref.json");
     MINFER_REQUIRE_FILE(file);
     MINFER_REQUIRE_FILE(ref_file);
     const auto ref = load_json(ref_file);
@@ -53,7 +60,7 @@ TEST_P(FloatGolden, GreedyAndLogitsMatchFloat64Reference) {
     const int64_t n_vocab = model->hp.n_vocab;
 
     std::vector<float> full;
-    if (std::ifstream f(ref_path(name + ".logits.f32"), std::ios::binary); f) {
+    if (std::ifstream f(ref_file_of(name + ".logits.f32"), std::ios::binary); f) {
         f.seekg(0, std::ios::end);
         full.resize(size_t(f.tellg()) / sizeof(float));
         f.seekg(0);
@@ -87,6 +94,14 @@ INSTANTIATE_TEST_SUITE_P(Models, FloatGolden,
                          ::testing::Values(FloatCase{"qwen2-mini", "F16"}, FloatCase{"qwen2-mini", "BF16"},
                                            FloatCase{"qwen3-mini", "F16"}, FloatCase{"qwen3-mini", "BF16"},
                                            FloatCase{"llama-mini", "F16"}, FloatCase{"llama-mini", "BF16"}),
+                         [](const auto& info) { return case_name(info.param.model, info.param.type); });
+
+// The architectures whose minis this repository holds (scripts/make-arch-mini.py, trained and referenced
+// in float64 throughout on an H100): qwen3moe (4 layers, 8 experts, 2 per token) and gemma3 (6 layers,
+// window 16, linear RoPE scaling on the global layer).
+INSTANTIATE_TEST_SUITE_P(RepoMinis, FloatGolden,
+                         ::testing::Values(FloatCase{"qwen3moe-mini", "F16", 1, true},
+                                           FloatCase{"gemma3-mini", "F16", 1, true}),
                          [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // The same references at two tensor-parallel ranks (models/shard.h): the partial sums of attn_output and
