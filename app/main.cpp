@@ -13,7 +13,8 @@ void add_viz_command(CLI::App& app);    // app/cmd_viz.cpp
 }  // namespace minfer
 
 int main(int argc, char** argv) {
-    CLI::App app{"minfer: LLM inference for GGUF models (Qwen2, Qwen3, Llama)"};
+    CLI::App app{
+        "minfer: LLM inference for GGUF models (Qwen2/2.5, Qwen3, Qwen3-MoE, Llama, Gemma 3, gpt-oss)"};
     app.require_subcommand(0, 1);
     minfer::add_run_command(app);
     minfer::add_chat_command(app);

@@ -146,6 +146,47 @@ def gemma3_config(transformers, vocab):
     return cfg
 
 
+def gptoss_config(transformers, vocab):
+    # gpt-oss's layout at mini size: alternating sliding (window 16) and full layers from layer 0, a sink per
+    # head, biased attention and experts, the clamped SwiGLU (limit 7), YaRN x32 over an original 4096
+    # positions with its correction range not rounded (truncate false, as the released config says).
+    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(4)]
+    kw = dict(
+        vocab_size=vocab["n_rows"],
+        hidden_size=128,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        sliding_window=16,
+        layer_types=layer_types,
+        max_position_embeddings=131072,
+        initializer_range=0.02,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        swiglu_limit=7.0,
+        output_router_logits=False,
+        router_aux_loss_coef=0.01,
+        bos_token_id=vocab["bos_token_id"],
+        eos_token_id=vocab["eos_token_id"],
+        pad_token_id=vocab["padding_token_id"],
+    )
+    yarn = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096, "truncate": False}
+    try:
+        cfg = transformers.GptOssConfig(rope_parameters=dict(yarn, rope_theta=150000.0), **kw)
+    except TypeError:
+        cfg = transformers.GptOssConfig(rope_theta=150000.0, rope_scaling=yarn, **kw)
+    assert list(cfg.layer_types) == layer_types, cfg.layer_types
+    assert cfg.sliding_window == 16 and cfg.head_dim == 64
+    log(f"gpt-oss rope: {getattr(cfg, 'rope_parameters', None) or (cfg.rope_theta, cfg.rope_scaling)}")
+    return cfg
+
+
 # The mini Qwen BPE (8192 ranks + 26 specials, 8320 rows), its prompts and tokenizer references: every mini
 # here reuses them, so their references and llama.cpp's runs tokenize alike.
 QWEN_MINI_VOCAB = dict(
@@ -165,6 +206,8 @@ ARCHS = {
     # norm_shift: Gemma's RMSNorm multiplies by (1 + w) and the converter writes 1 + w
     "gemma3": dict(name="gemma3-mini", hf_class="Gemma3ForCausalLM", make_config=gemma3_config, norm_shift=True,
                    **QWEN_MINI_VOCAB),
+    "gpt-oss": dict(name="gptoss-mini", hf_class="GptOssForCausalLM", make_config=gptoss_config, moe=True,
+                    **QWEN_MINI_VOCAB),
 }
 
 LLAMACPP_NPM_VERSION = "3.21.1"   # node-llama-cpp release whose bundled llama.cpp ../shared/tools/llamacpp-src pins
@@ -467,7 +510,8 @@ def float64_references(torch, transformers, spec, cfg, hf_dir: Path, prompts, ar
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
     V = ref.config.vocab_size
     res, full, n_floats = [], [], 0
-    usage = torch.zeros(cfg.num_hidden_layers, cfg.num_experts if moe else 1, dtype=torch.long)
+    n_exp = (getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", 1)) if moe else 1
+    usage = torch.zeros(cfg.num_hidden_layers, n_exp, dtype=torch.long)
     fwd = dict(output_router_logits=True) if moe else {}
     with torch.no_grad():
         for pi, p in enumerate(prompts):
@@ -478,7 +522,7 @@ def float64_references(torch, transformers, spec, cfg, hf_dir: Path, prompts, ar
             assert lg.dtype == torch.float64
             for li, rl in enumerate(getattr(o, "router_logits", None) or []):
                 sel = torch.topk(rl, cfg.num_experts_per_tok, dim=-1).indices.flatten().cpu()
-                usage[li] += torch.bincount(sel, minlength=cfg.num_experts)
+                usage[li] += torch.bincount(sel, minlength=n_exp)
             tv, ti = torch.topk(lg, 10, dim=-1)
             e = dict(text=p["text"], ids=ids, top10_ids=ti.tolist(),
                      top10_logits=[[round(float(x), 6) for x in row] for row in tv.tolist()])
@@ -537,6 +581,7 @@ def stage_build(args):
     # (b) model
     cfg = spec["make_config"](transformers, vocab)
     cls = getattr(transformers, spec["hf_class"])
+    cfg._attn_implementation = "eager"  # gpt-oss's sinks need it; the others train as well with it
     model = cls(cfg)
     if spec.get("moe"):
         log(f"experts implementation: {set_eager_experts(model)}")

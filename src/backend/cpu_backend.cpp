@@ -58,9 +58,9 @@ const float* CpuBackend::vec(const WeightRef& w) {
     const Weight& wt = weight(w);
     if (wt.q->type == GgmlType::F32) return static_cast<const float*>(wt.data);
     auto [it, fresh] = converted_.try_emplace(w.name);
-    if (fresh) {
-        it->second.resize(size_t(w.n_in));
-        wt.q->to_float(wt.data, it->second.data(), w.n_in);
+    if (fresh) {  // a 2-D tensor (experts' biases) whole
+        it->second.resize(size_t(w.n_in * w.n_out));
+        wt.q->to_float(wt.data, it->second.data(), w.n_in * w.n_out);
     }
     return it->second.data();
 }
@@ -189,12 +189,18 @@ void kv_head_to_f32(const KvCache::Region& r, const KvIndexData& at, int64_t t, 
     }
 }
 
+// The kernels' angles of a RoPE node's metadata.
+cpu::RopeFreq rope_freq(const meta::Rope& r) {
+    return {r.freq_base, r.freq_scale, r.yarn.low, r.yarn.high, r.yarn.mscale};
+}
+
 }  // namespace
 
 void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs) {
     const auto& m = std::get<meta::Attn>(n.meta);
     const auto& o = std::get<op::Attn>(n.op);
     const KvCache::Region& r = bufs.kv().layer(m.layer);
+    const float* sinks = m.sinks.present() ? vec(m.sinks) : nullptr;  // [n_head]
     const int64_t nt = n.shape[1], group = m.n_head / m.n_head_kv, items = nt * m.n_head_kv;
     const KvIndexData at = kv_index(n, bufs, m.paging, r.n_ctx, nt);
     const float* q = bufs.data(n.src[0]);
@@ -216,7 +222,7 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
             rows = cpu::contiguous_rows(k, k + r.n_ctx * m.hd_kv, m.hd_kv, n_kv);
         }
         cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, first, n_kv,
-                       m.scale, scratch_.data() + ith * group * r.n_ctx);
+                       m.scale, scratch_.data() + ith * group * r.n_ctx, sinks ? sinks + j * group : nullptr);
     });
 }
 
@@ -248,8 +254,8 @@ void CpuBackend::qkv_epilogue(const CNode& n, int64_t nt, float* q, float* k, co
             for (int64_t h = 0; h < m.n_head_kv; ++h)
                 cpu::rms_norm(kt + h * hd, wk, kt + h * hd, hd, m.norm_eps);
         }
-        cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], m.rope.freq_base, m.rope.freq_scale, neox);
-        cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], m.rope.freq_base, m.rope.freq_scale, neox);
+        cpu::rope(qt, m.rope.n_head, hd, m.rope.n_rot, pos[t], rope_freq(m.rope), neox);
+        cpu::rope(kt, m.n_head_kv, hd, m.rope.n_rot, pos[t], rope_freq(m.rope), neox);
     }
     kv_store_rows(
         r, nt, [&](int64_t t) { return at.physical(t); }, k, v);
@@ -296,8 +302,10 @@ void CpuBackend::fused_ffn(const CNode& n, const NodeBuffers& bufs) {
 void CpuBackend::moe_ffn(const CNode& n, const op::MoeFfn& o, const NodeBuffers& bufs) {
     const auto& m = std::get<meta::MoeFfn>(n.meta);
     const Weight &gate = weight(m.gate), &up = weight(m.up), &down = weight(m.down);
-    const cpu::MoeExperts w{gate.q,    up.q,        down.q,      gate.data, up.data,
-                            down.data, m.gate.n_in, m.down.n_in, o.n_expert};
+    auto bias = [&](const WeightRef& b) { return b.present() ? vec(b) : nullptr; };
+    const cpu::MoeExperts w{gate.q,     up.q,           down.q,       gate.data,
+                            up.data,    down.data,      m.gate.n_in,  m.down.n_in,
+                            o.n_expert, bias(m.gate_b), bias(m.up_b), bias(m.down_b)};
     cpu::moe_ffn(w, o, bufs.data(n.src[0]), bufs.data(n.src[1]), n.shape[1], bufs.data(n.id), pool_, decode_,
                  invariant_, moe_scratch_);
 }
@@ -333,7 +341,7 @@ void CpuBackend::compute(const ComputeGraph& g, const CNode& n, const NodeBuffer
                 const int32_t* pos = ids_of(bufs, n.src[1]);
                 std::memcpy(out, in(0), size_t(numel) * sizeof(float));
                 rows(nt, [&](int64_t t) {
-                    cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], m.freq_base, m.freq_scale,
+                    cpu::rope(out + t * d, m.n_head, m.head_dim, m.n_rot, pos[t], rope_freq(m),
                               o.style == RopeStyle::Neox);
                 });
             },

@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
 
   private:
     const Weight& weight(const WeightRef& w);
-    const float* vec(const WeightRef& w);  // 1-D weight as f32 (converted once if stored otherwise)
+    const float* vec(const WeightRef& w);  // norm, bias or sinks as f32 (converted once if stored otherwise)
     void matmul(const meta::MatMul& m, const float* x, int64_t nt, float* y);
     void embedding(const CNode& n, const NodeBuffers& bufs);
     void collective(const CNode& n, const NodeBuffers& bufs);

@@ -44,7 +44,24 @@ bool CudaBackend::supports(const CNode& n) const {
     return !mm || cuda::quant_supported(mm->weight.type);
 }
 
+namespace {
+
+// What the device kernels do not compute yet: attention sinks and YaRN RoPE (gpt-oss).
+void check_device_coverage(const ComputeGraph& g) {
+    for (const CNode& n : g.nodes) {
+        const auto* a = std::get_if<meta::Attn>(&n.meta);
+        const auto* r = std::get_if<meta::Rope>(&n.meta);
+        const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
+        if ((a && a->sinks.present()) || (r && r->yarn.on()) || (f && f->rope.yarn.on()))
+            throw Error("the CUDA backend does not run attention sinks or YaRN RoPE yet (node " + n.name +
+                        "); run this model with --device cpu");
+    }
+}
+
+}  // namespace
+
 void CudaBackend::prepare(const ComputeGraph& g) {
+    check_device_coverage(g);
     const bool paged = g.find_input("seq_slot") >= 0;
     impl_->gemm_tokens = impl_->opt.invariant ? INT64_MAX : paged ? 2 : cuda::kMaxMatvecTokens + 1;
     impl_->reserve_kv(g);  // new layers' regions leave the captured ones in place

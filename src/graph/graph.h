@@ -43,10 +43,19 @@ struct MatMul {
     WeightRef bias;    // [n_out], optional: applied inline by the kernel
     bool operator==(const MatMul&) const = default;
 };
+// YaRN RoPE scaling (Peng et al.): pair i's frequency blends the scaled one (base^(-2i/n_rot) * freq_scale)
+// with the unscaled one, the latter's weight 1 - clamp((i - low) / (high - low), 0, 1); cos and sin are
+// multiplied by mscale. Off when high <= 0. In double: the angles' error grows with the position.
+struct Yarn {
+    double low = 0.0, high = 0.0, mscale = 1.0;
+    bool on() const { return high > 0.0; }
+    bool operator==(const Yarn&) const = default;
+};
 struct Rope {
     int64_t n_head, head_dim, n_rot;
     float freq_base;
     float freq_scale = 1.0f;  // positions are multiplied by it (linear RoPE scaling: 1 / factor)
+    Yarn yarn{};
     bool operator==(const Rope&) const = default;
 };
 // How a token's KV slot is found: slot = block_table[seq_slot * max_blocks + pos / block] * block +
@@ -66,6 +75,7 @@ struct Attn {
     float scale;  // 1/sqrt(hd)
     Paging paging;
     GgmlType kv_type = GgmlType::F32;  // element type of the K/V rows
+    WeightRef sinks{};  // optional [n_head]: each head's sink logit, in the softmax's sum only (gpt-oss)
     bool operator==(const Attn&) const = default;
 };
 struct Kv {
@@ -92,8 +102,10 @@ struct FusedFfn {
 // A mixture of experts' stacked FFN weights, each GGUF tensor [n_in, n_out, n_expert] named as the 2-D
 // matrix [n_in, n_out * n_expert] it is in memory: expert e's rows are e * n_out .. (e + 1) * n_out - 1.
 struct MoeFfn {
-    WeightRef gate, up;  // [n_embd, n_ff_exp * n_expert] each
-    WeightRef down;      // [n_ff_exp, n_embd * n_expert]
+    WeightRef gate, up;      // [n_embd, n_ff_exp * n_expert] each
+    WeightRef down;          // [n_ff_exp, n_embd * n_expert]
+    WeightRef gate_b, up_b;  // optional [n_ff_exp, n_expert] each: per-expert biases (gpt-oss)
+    WeightRef down_b;        // optional [n_embd, n_expert]
     bool operator==(const MoeFfn&) const = default;
 };
 }  // namespace meta
@@ -108,7 +120,7 @@ void for_each_weight(const NodeMeta& meta, F&& f) {
     std::visit(Overload{
                    [](const meta::None&) {},
                    [](const meta::Rope&) {},
-                   [](const meta::Attn&) {},
+                   [&](const meta::Attn& m) { f(m.sinks); },
                    [](const meta::Kv&) {},
                    [&](const meta::Weight& m) { f(m.weight); },
                    [&](const meta::MatMul& m) { f(m.weight), f(m.bias); },
@@ -117,7 +129,9 @@ void for_each_weight(const NodeMeta& meta, F&& f) {
                        f(m.q_norm), f(m.k_norm);
                    },
                    [&](const meta::FusedFfn& m) { f(m.gate), f(m.up); },
-                   [&](const meta::MoeFfn& m) { f(m.gate), f(m.up), f(m.down); },
+                   [&](const meta::MoeFfn& m) {
+                       f(m.gate), f(m.up), f(m.down), f(m.gate_b), f(m.up_b), f(m.down_b);
+                   },
                },
                meta);
 }

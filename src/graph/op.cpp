@@ -41,7 +41,15 @@ const char* rope_style_name(RopeStyle s) {
     return s == RopeStyle::Normal ? "Normal" : "Neox";
 }
 const char* expert_gating_name(ExpertGating g) {
-    return g == ExpertGating::Softmax ? "softmax" : "sigmoid";
+    switch (g) {
+        case ExpertGating::Softmax:
+            return "softmax";
+        case ExpertGating::Sigmoid:
+            return "sigmoid";
+        case ExpertGating::SoftmaxWeight:
+            return "softmax_weight";
+    }
+    return "";
 }
 
 std::string op_string(const Op& o) {
@@ -76,7 +84,8 @@ std::string op_string(const Op& o) {
                    [&](const op::MoeFfn& p) {
                        s << " { n_expert: " << p.n_expert << ", n_used: " << p.n_used
                          << ", gating: " << expert_gating_name(p.gating)
-                         << ", norm: " << (p.norm ? "true" : "false") << " }";
+                         << ", norm: " << (p.norm ? "true" : "false")
+                         << (p.act == ExpertAct::SwiGLUOai ? ", act: swiglu_oai" : "") << " }";
                    },
                    [&](const auto&) {},
                },

@@ -14,8 +14,11 @@ enum class RopeStyle : uint8_t { Normal, Neox };  // Normal: adjacent pairs; Neo
 // Causal: a query at position p attends to positions 0..p; SlidingWindow: to p - window + 1 .. p only.
 enum class AttnMode : uint8_t { Causal, SlidingWindow };
 // How a mixture-of-experts router turns its logits into expert probabilities (GGUF
-// <arch>.expert_gating_func: 1 softmax, 2 sigmoid).
-enum class ExpertGating : uint8_t { Softmax, Sigmoid };
+// <arch>.expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen experts' logits only).
+enum class ExpertGating : uint8_t { Softmax, Sigmoid, SoftmaxWeight };
+// An expert's activation: SwiGLU silu(g) * u, or gpt-oss's clamped form (g = min(g, 7), u = clamp(u, -7,
+// 7)): g * sigmoid(1.702 g) * (u + 1).
+enum class ExpertAct : uint8_t { SwiGLU, SwiGLUOai };
 
 namespace op {
 struct Input {  // leaf filled from outside each step (token ids, positions, slots, block table, out ids)
@@ -125,6 +128,7 @@ struct MoeFfn {
     int64_t n_expert, n_used;
     ExpertGating gating;
     bool norm;
+    ExpertAct act = ExpertAct::SwiGLU;
     bool operator==(const MoeFfn&) const = default;
 };
 }  // namespace op
@@ -143,6 +147,6 @@ int kv_layer(const Op& op);
 // of an Attn, KvcacheStore or QKV-fusion node; -1 for other ops.
 int kv_index_src(const Op& op);
 const char* rope_style_name(RopeStyle s);
-const char* expert_gating_name(ExpertGating g);  // "softmax", "sigmoid"
+const char* expert_gating_name(ExpertGating g);  // "softmax", "sigmoid", "softmax_weight"
 
 }  // namespace minfer

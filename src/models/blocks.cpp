@@ -30,7 +30,7 @@ meta::Kv kv_meta(const Model& m, const GraphParams& p, const AttnOptions& o) {
 }
 
 meta::Rope rope_meta(const Hparams& hp, int64_t n_head, const AttnOptions& o) {
-    return {n_head, hp.head_dim, hp.n_rot, o.rope_base, o.rope_scale};
+    return {n_head, hp.head_dim, hp.n_rot, o.rope_base, o.rope_scale, o.yarn};
 }
 
 meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p,
@@ -86,7 +86,8 @@ NodeId embed(GraphBuilder& b, const Model& m, NodeId tokens) {
 }
 
 AttnOptions attention_options(const Model& m, QkNormKind qk_norm) {
-    return {qk_norm, m.hp.rope_base, m.hp.rope_freq_scale, float(1.0 / std::sqrt(double(m.hp.head_dim))), 0};
+    return {qk_norm, m.hp.rope_base, m.hp.rope_freq_scale, float(1.0 / std::sqrt(double(m.hp.head_dim))), 0,
+            {}};
 }
 
 NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
@@ -115,14 +116,15 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
         q = project_qkv(b, m, il, x, in, p, o);
     }
     const NodeId kv = b.kvcache_load(il, kv_meta(m, p, o));  // [n_kv_embd, n_ctx] view of the region
-    const meta::Attn am{il,      hp.n_head, hp.n_head_kv,     hp.head_dim, hp.head_dim, hp.n_kv_embd(),
-                        o.scale, paging(p), p.cparams.kv_type};
+    const meta::Attn am{il,      hp.n_head, hp.n_head_kv,      hp.head_dim, hp.head_dim, hp.n_kv_embd(),
+                        o.scale, paging(p), p.cparams.kv_type, l.attn_sinks};
     return b.attn(q, kv, in.kv, am, o.window);  // [n_q_embd, nt]
 }
 
 NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn) {
-    const WeightRef& wo = m.layers[size_t(il)].wo;
-    if (!m.shard.sharded()) return b.matmul(attn, wo);                         // [n_embd, nt]
+    const LayerWeights& l = m.layers[size_t(il)];
+    const WeightRef& wo = l.wo;
+    if (!m.shard.sharded()) return b.matmul(attn, wo, l.bo);                   // [n_embd, nt]
     if (wo.n_in == b[attn].shape[0]) return b.all_reduce(b.matmul(attn, wo));  // partial sums
     return b.matmul(b.all_gather(attn, m.shard.ranks), wo);  // [n_q_embd, nt] whole, then wo whole
 }
@@ -156,11 +158,17 @@ NodeId geglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x) {
 }
 
 NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x) {
+    return moe_ffn(b, m, il, x, m.hp.expert_gating, ExpertAct::SwiGLU);
+}
+
+NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, ExpertGating gating, ExpertAct act) {
     const LayerWeights& l = m.layers[size_t(il)];
     const Hparams& hp = m.hp;
-    const NodeId router = b.matmul(x, l.ffn_gate_inp);  // [n_expert, nt]
-    const op::MoeFfn o{hp.n_expert, hp.n_expert_used, hp.expert_gating, hp.expert_norm};
-    return b.moe_ffn(x, router, o, {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps});  // [n_embd, nt]
+    const NodeId router = b.matmul(x, l.ffn_gate_inp, l.ffn_gate_inp_b);  // [n_expert, nt]
+    const op::MoeFfn o{hp.n_expert, hp.n_expert_used, gating, hp.expert_norm, act};
+    const meta::MoeFfn w{l.ffn_gate_exps,   l.ffn_up_exps,   l.ffn_down_exps,
+                         l.ffn_gate_exps_b, l.ffn_up_exps_b, l.ffn_down_exps_b};
+    return b.moe_ffn(x, router, o, w);  // [n_embd, nt]
 }
 
 NodeId residual_add(GraphBuilder& b, NodeId residual, NodeId cur, const GraphInputs& in, bool last_layer) {

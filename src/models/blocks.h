@@ -24,6 +24,7 @@ struct AttnOptions {
     float rope_scale = 1.0f;  // linear RoPE scaling: positions times this
     float scale = 1.0f;       // of the scores
     int64_t window = 0;       // a sliding window of this many positions; 0: every earlier position
+    meta::Yarn yarn{};        // YaRN RoPE (off by default)
 };
 AttnOptions attention_options(const Model& m, QkNormKind qk_norm);
 
@@ -57,6 +58,9 @@ NodeId geglu_ffn(GraphBuilder& b, const Model& m, int il, NodeId x);
 // A mixture of experts: the router's logits [n_expert, nt], then each token's n_expert_used SwiGLU
 // experts weighted by their probabilities (op::MoeFfn); x: [n_embd, nt] -> [n_embd, nt].
 NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x);
+// The same with the architecture's gating and expert activation (gpt-oss: the softmax of the chosen
+// logits, the clamped SwiGLU); the router's and the experts' biases are added where the model has them.
+NodeId moe_ffn(GraphBuilder& b, const Model& m, int il, NodeId x, ExpertGating gating, ExpertAct act);
 
 // residual + cur; on the last layer with n_out < nt both operands are first narrowed to the out_ids rows,
 // so the last FFN, final norm and lm_head run on n_out rows. -> [n_embd, nt or n_out].

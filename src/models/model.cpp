@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,17 +107,23 @@ void read_experts(const GgufFile& f, const HparamReader& r, Hparams& hp) {
     hp.n_expert_used = r.integer("expert_used_count", 1, hp.n_expert);
     hp.n_ff_exp = r.integer("expert_feed_forward_length", 1, int64_t{1} << 20);
     hp.expert_gating =
-        r.integer("expert_gating_func", 1, 2, 1) == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
+        std::array{ExpertGating::Softmax, ExpertGating::Sigmoid,
+                   ExpertGating::SoftmaxWeight}[size_t(r.integer("expert_gating_func", 1, 3, 1) - 1)];
     const std::string norm = hp.arch + ".expert_weights_norm";
     hp.expert_norm = !f.has(norm) || f.get_bool(norm);
 }
 
-// Linear RoPE scaling (rope.scaling.type "linear": positions divided by rope.scaling.factor); other types
-// are not applied.
-float rope_freq_scale(const GgufFile& f, const HparamReader& r, const std::string& arch) {
-    const std::string type = arch + ".rope.scaling.type";
-    if (!f.has(type) || f.get_str(type) != "linear") return 1.0f;
-    return 1.0f / r.positive("rope.scaling.factor", 1.0);
+// RoPE scaling: "linear" divides the positions by rope.scaling.factor; "yarn" records its parameters
+// for the architectures that apply it (Hparams::yarn_factor).
+void read_rope_scaling(const GgufFile& f, const HparamReader& r, Hparams& hp) {
+    const std::string type = hp.arch + ".rope.scaling.type";
+    const std::string kind = f.has(type) ? f.get_str(type) : "none";
+    if (kind == "linear") hp.rope_freq_scale = 1.0f / r.positive("rope.scaling.factor", 1.0);
+    if (kind != "yarn") return;
+    hp.yarn_factor = r.positive("rope.scaling.factor", 1.0);
+    hp.yarn_orig_ctx = r.integer("rope.scaling.original_context_length", 1, int64_t{1} << 30, hp.n_ctx_train);
+    hp.yarn_beta_fast = r.positive("rope.scaling.yarn_beta_fast", 32.0);
+    hp.yarn_beta_slow = r.positive("rope.scaling.yarn_beta_slow", 1.0);
 }
 
 Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
@@ -143,7 +150,7 @@ Hparams read_hparams(const GgufFile& f, const ArchInfo& arch) {
     hp.rms_eps = r.positive("attention.layer_norm_rms_epsilon", 1e-6);
     hp.rope_base = r.positive("rope.freq_base", 10000.0);
     hp.rope_base_swa = f.has(hp.arch + ".rope.freq_base_swa") ? r.positive("rope.freq_base_swa", 0) : 0.0f;
-    hp.rope_freq_scale = rope_freq_scale(f, r, hp.arch);
+    read_rope_scaling(f, r, hp);
     hp.n_swa = r.integer("attention.sliding_window", 0, int64_t{1} << 30, 0);
     hp.rope_style = arch.rope_style;
     hp.pooling = Pooling(r.integer("pooling_type", -1, 4, -1));
@@ -186,9 +193,11 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, const ArchInfo
     l.bq = r.vec(p + "attn_q.bias", dq, false);
     l.bk = r.vec(p + "attn_k.bias", dkv, false);
     l.bv = r.vec(p + "attn_v.bias", dkv, false);
+    l.bo = r.vec(p + "attn_output.bias", d, false);
+    l.attn_sinks = r.vec(p + "attn_sinks.weight", hp.n_head, arch.attn_sinks);
     l.q_norm = r.vec(p + "attn_q_norm.weight", hp.head_dim, arch.qk_norm);
     l.k_norm = r.vec(p + "attn_k_norm.weight", hp.head_dim, arch.qk_norm);
-    l.ffn_norm = r.vec(p + "ffn_norm.weight", d);
+    l.ffn_norm = r.vec(p + arch.ffn_norm + ".weight", d);
     l.attn_post_norm = r.vec(p + "post_attention_norm.weight", d, arch.post_norms);
     l.ffn_post_norm = r.vec(p + "post_ffw_norm.weight", d, arch.post_norms);
     if (arch.moe) {
@@ -196,6 +205,11 @@ LayerWeights read_layer(const WeightReader& r, const Hparams& hp, const ArchInfo
         l.ffn_gate_exps = r.experts(p + "ffn_gate_exps.weight", d, hp.n_ff_exp, hp.n_expert);
         l.ffn_up_exps = r.experts(p + "ffn_up_exps.weight", d, hp.n_ff_exp, hp.n_expert);
         l.ffn_down_exps = r.experts(p + "ffn_down_exps.weight", hp.n_ff_exp, d, hp.n_expert);
+        if (!arch.expert_biases) return l;
+        l.ffn_gate_inp_b = r.vec(p + "ffn_gate_inp.bias", hp.n_expert);
+        l.ffn_gate_exps_b = r.get(p + "ffn_gate_exps.bias", hp.n_ff_exp, hp.n_expert);
+        l.ffn_up_exps_b = r.get(p + "ffn_up_exps.bias", hp.n_ff_exp, hp.n_expert);
+        l.ffn_down_exps_b = r.get(p + "ffn_down_exps.bias", d, hp.n_expert);
         return l;
     }
     l.ffn_gate = r.get(p + "ffn_gate.weight", d, hp.n_ff);
@@ -250,8 +264,8 @@ WeightSet Model::weight_set() const {
                             .k = l.wk,
                             .v = l.wv,
                             .matrices = std::move(matrices),
-                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm,
-                                        l.attn_post_norm, l.ffn_post_norm}});
+                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.bo, l.q_norm, l.k_norm, l.ffn_norm,
+                                        l.attn_post_norm, l.ffn_post_norm, l.ffn_gate_inp_b}});
     }
     return w;
 }

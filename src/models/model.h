@@ -35,6 +35,10 @@ struct Hparams {
     float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor when rope.scaling.type is linear
     float rope_base_swa = 0.0f;    // rope.freq_base_swa: sliding-window layers' RoPE base (0: absent)
     int64_t n_swa = 0;             // attention.sliding_window: a sliding-window layer's window (0: none)
+    // rope.scaling.type "yarn": its factor (0: no YaRN), original context and correction betas. The
+    // architectures that take YaRN build it from these (gpt-oss); the others leave it out.
+    float yarn_factor = 0.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+    int64_t yarn_orig_ctx = 0;
     RopeStyle rope_style = RopeStyle::Neox;
     Pooling pooling = Pooling::Unspecified;  // <arch>.pooling_type
     // Mixture of experts (0 experts: a dense FFN): n_expert_used of n_expert experts per token, each an
@@ -50,6 +54,8 @@ struct LayerWeights {
     WeightRef attn_norm;         // [n_embd]
     WeightRef wq, wk, wv, wo;    // [n_embd, n_q_embd], [n_embd, n_kv_embd] x2, [n_q_embd, n_embd]
     WeightRef bq, bk, bv;        // optional biases (Qwen2)
+    WeightRef bo;                // optional [n_embd]: attn_output's bias (gpt-oss)
+    WeightRef attn_sinks;        // optional [n_head]: each head's sink logit (gpt-oss)
     WeightRef q_norm, k_norm;    // optional per-head norms [head_dim] (Qwen3)
     WeightRef attn_post_norm;    // optional [n_embd]: RMSNorm of the attention output (Gemma)
     WeightRef ffn_norm;          // [n_embd]
@@ -58,9 +64,12 @@ struct LayerWeights {
     WeightRef ffn_down;          // [n_ff, n_embd]
     // Mixture of experts instead of ffn_gate/up/down: the router and the stacked experts (graph.h's
     // meta::MoeFfn: each [n_in, n_out, n_expert] tensor named as [n_in, n_out * n_expert]).
-    WeightRef ffn_gate_inp;                // [n_embd, n_expert]
-    WeightRef ffn_gate_exps, ffn_up_exps;  // [n_embd, n_ff_exp * n_expert]
-    WeightRef ffn_down_exps;               // [n_ff_exp, n_embd * n_expert]
+    WeightRef ffn_gate_inp;                    // [n_embd, n_expert]
+    WeightRef ffn_gate_exps, ffn_up_exps;      // [n_embd, n_ff_exp * n_expert]
+    WeightRef ffn_down_exps;                   // [n_ff_exp, n_embd * n_expert]
+    WeightRef ffn_gate_inp_b;                  // optional [n_expert]: the router's bias (gpt-oss)
+    WeightRef ffn_gate_exps_b, ffn_up_exps_b;  // optional [n_ff_exp, n_expert]: per-expert biases
+    WeightRef ffn_down_exps_b;                 // optional [n_embd, n_expert]
 };
 
 // A model's part in a tensor-parallel group (models/shard.h): its rank's heads and K/V heads (Hparams'

@@ -9,6 +9,7 @@ constexpr ArchInfo kArchs[] = {
     {"llama", build_llama, RopeStyle::Normal, false, false, false},
     {"qwen3moe", build_qwen3moe, RopeStyle::Neox, false, true, true},
     {"gemma3", build_gemma3, RopeStyle::Neox, false, true, false, true},
+    {"gpt-oss", build_gptoss, RopeStyle::Neox, true, false, true, false, true, true, "post_attention_norm"},
 };
 }  // namespace
 

@@ -17,7 +17,10 @@ struct ArchInfo {
     bool qkv_bias;  // attn_{q,k,v}.bias (Qwen2)
     bool qk_norm;   // attn_{q,k}_norm.weight, per-head RMSNorm of Q and K (Qwen3)
     bool moe;       // a mixture of experts (ffn_gate_inp, ffn_{gate,up,down}_exps) instead of the dense FFN
-    bool post_norms = false;  // post_attention_norm.weight and post_ffw_norm.weight (Gemma)
+    bool post_norms = false;            // post_attention_norm.weight and post_ffw_norm.weight (Gemma)
+    bool attn_sinks = false;            // attn_sinks.weight, a sink logit per head (gpt-oss)
+    bool expert_biases = false;         // ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias (gpt-oss)
+    const char* ffn_norm = "ffn_norm";  // the FFN's input norm ("post_attention_norm" in gpt-oss)
 };
 
 // nullptr when `arch` is unknown.
@@ -29,5 +32,6 @@ ComputeGraph build_qwen3(const Model& m, const GraphParams& p);
 ComputeGraph build_llama(const Model& m, const GraphParams& p);
 ComputeGraph build_qwen3moe(const Model& m, const GraphParams& p);
 ComputeGraph build_gemma3(const Model& m, const GraphParams& p);
+ComputeGraph build_gptoss(const Model& m, const GraphParams& p);
 
 }  // namespace minfer

@@ -45,6 +45,11 @@ class SynthWriter {
         std::vector<float> v = values(n, sd, mean);
         w_.add_tensor(name, GgmlType::F32, {n}, v.data(), v.size() * sizeof(float));
     }
+    // An F32 [n, m] tensor of biases (one row of n per expert).
+    void biases(const std::string& name, int64_t n, int64_t m) {
+        std::vector<float> v = values(n * m, 0.1, 0.0);
+        w_.add_tensor(name, GgmlType::F32, {n, m}, v.data(), v.size() * sizeof(float));
+    }
     GgufWriter& writer() { return w_; }
 
   private:
@@ -120,50 +125,72 @@ bool use_more_bits(int il, int n) {
     return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
 }
 
+namespace {
+
+void write_attention(SynthWriter& sw, const SynthSpec& s, const ArchInfo* arch, const std::string& p,
+                     bool more_bits) {
+    const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
+    sw.vector(p + "attn_norm.weight", d, 1.0, 0.1);
+    sw.matrix(p + "attn_q.weight", d, dq);
+    sw.matrix(p + "attn_k.weight", d, dkv);
+    sw.matrix(p + "attn_v.weight", d, dkv, more_bits);
+    sw.matrix(p + "attn_output.weight", dq, d);
+    if (arch && arch->qkv_bias) {
+        sw.vector(p + "attn_q.bias", dq, 0.0, 0.1);
+        sw.vector(p + "attn_k.bias", dkv, 0.0, 0.1);
+        sw.vector(p + "attn_v.bias", dkv, 0.0, 0.1);
+    }
+    if (arch && arch->qk_norm) {
+        sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.0, 0.1);
+        sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
+    }
+    if (arch && arch->attn_sinks) {
+        sw.vector(p + "attn_output.bias", d, 0.0, 0.1);
+        sw.vector(p + "attn_sinks.weight", s.n_head, 0.0, 1.0);
+    }
+    if (arch && arch->post_norms) {
+        sw.vector(p + "post_attention_norm.weight", d, 1.0, 0.1);
+        sw.vector(p + "post_ffw_norm.weight", d, 1.0, 0.1);
+    }
+}
+
+void write_ffn(SynthWriter& sw, const SynthSpec& s, const ArchInfo* arch, const std::string& p,
+               bool more_bits) {
+    const int64_t d = s.n_embd;
+    sw.vector(p + (arch ? arch->ffn_norm : "ffn_norm") + ".weight", d, 1.0, 0.1);
+    if (!arch || !arch->moe) {
+        sw.matrix(p + "ffn_gate.weight", d, s.n_ff);
+        sw.matrix(p + "ffn_up.weight", d, s.n_ff);
+        sw.matrix(p + "ffn_down.weight", s.n_ff, d, more_bits);
+        return;
+    }
+    sw.matrix(p + "ffn_gate_inp.weight", d, s.n_expert);
+    sw.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert);
+    sw.experts(p + "ffn_up_exps.weight", d, s.n_ff_exp, s.n_expert);
+    sw.experts(p + "ffn_down_exps.weight", s.n_ff_exp, d, s.n_expert);
+    if (!arch->expert_biases) return;
+    sw.vector(p + "ffn_gate_inp.bias", s.n_expert, 0.0, 0.1);
+    sw.biases(p + "ffn_gate_exps.bias", s.n_ff_exp, s.n_expert);
+    sw.biases(p + "ffn_up_exps.bias", s.n_ff_exp, s.n_expert);
+    sw.biases(p + "ffn_down_exps.bias", d, s.n_expert);
+}
+
+}  // namespace
+
 void write_synth_model(const SynthSpec& s, const std::string& path) {
     // An architecture minfer does not know gets only the tensors every one has (files for the tests of
     // unsupported models).
     const ArchInfo* arch = find_arch(s.arch);
-    const bool qkv_bias = arch && arch->qkv_bias, qk_norm = arch && arch->qk_norm, moe = arch && arch->moe;
-    const bool post_norms = arch && arch->post_norms;
     SynthWriter sw(s);
-    write_hparams(sw.writer(), s, moe);
-    const int64_t d = s.n_embd, dq = s.n_head * s.head_dim, dkv = s.n_head_kv * s.head_dim;
-    sw.matrix("token_embd.weight", d, s.n_vocab, s.tied_output);
-    sw.vector("output_norm.weight", d, 1.0, 0.1);
-    if (!s.tied_output) sw.matrix("output.weight", d, s.n_vocab, true);
+    write_hparams(sw.writer(), s, arch && arch->moe);
+    sw.matrix("token_embd.weight", s.n_embd, s.n_vocab, s.tied_output);
+    sw.vector("output_norm.weight", s.n_embd, 1.0, 0.1);
+    if (!s.tied_output) sw.matrix("output.weight", s.n_embd, s.n_vocab, true);
     for (int il = 0; il < s.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         const bool more_bits = use_more_bits(il, s.n_layer);
-        sw.vector(p + "attn_norm.weight", d, 1.0, 0.1);
-        sw.matrix(p + "attn_q.weight", d, dq);
-        sw.matrix(p + "attn_k.weight", d, dkv);
-        sw.matrix(p + "attn_v.weight", d, dkv, more_bits);
-        sw.matrix(p + "attn_output.weight", dq, d);
-        if (qkv_bias) {
-            sw.vector(p + "attn_q.bias", dq, 0.0, 0.1);
-            sw.vector(p + "attn_k.bias", dkv, 0.0, 0.1);
-            sw.vector(p + "attn_v.bias", dkv, 0.0, 0.1);
-        }
-        if (qk_norm) {
-            sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.0, 0.1);
-            sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.0, 0.1);
-        }
-        sw.vector(p + "ffn_norm.weight", d, 1.0, 0.1);
-        if (post_norms) {
-            sw.vector(p + "post_attention_norm.weight", d, 1.0, 0.1);
-            sw.vector(p + "post_ffw_norm.weight", d, 1.0, 0.1);
-        }
-        if (moe) {
-            sw.matrix(p + "ffn_gate_inp.weight", d, s.n_expert);
-            sw.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert);
-            sw.experts(p + "ffn_up_exps.weight", d, s.n_ff_exp, s.n_expert);
-            sw.experts(p + "ffn_down_exps.weight", s.n_ff_exp, d, s.n_expert);
-            continue;
-        }
-        sw.matrix(p + "ffn_gate.weight", d, s.n_ff);
-        sw.matrix(p + "ffn_up.weight", d, s.n_ff);
-        sw.matrix(p + "ffn_down.weight", s.n_ff, d, more_bits);
+        write_attention(sw, s, arch, p, more_bits);
+        write_ffn(sw, s, arch, p, more_bits);
     }
     sw.writer().write(path);
 }

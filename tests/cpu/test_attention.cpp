@@ -134,6 +134,48 @@ TEST(Attention, SlidingWindowMatchesReference) {
     }
 }
 
+// Attention sinks (gpt-oss): a logit per head that joins the softmax's sum and weighs no row. Against the
+// reference, with sinks below, among and above the scores; and the reference in closed form: with one
+// row, the output is v * e^s / (e^s + e^sink); a sink of -1e30 changes nothing.
+TEST(Attention, SinksMatchReference) {
+    std::mt19937 rng(16);
+    for (const Shape& s : {Shape{4, 2, 64, 0}, Shape{8, 1, 128, 3}, Shape{4, 2, 100, 5}}) {
+        const int64_t stride = s.n_head_kv * s.hd + s.pad, group = s.n_head / s.n_head_kv, rows = 40;
+        const auto q = random_floats(rng, s.n_head * s.hd, -1.0f, 1.0f);
+        const auto k = random_floats(rng, rows * stride, -1.0f, 1.0f);
+        const auto v = random_floats(rng, rows * stride, -3.0f, 3.0f);
+        const KvRows kv = contiguous(k, v, stride, rows);
+        const auto sinks = random_floats(rng, s.n_head, -3.0f, 6.0f);
+        std::vector<float> out(q.size()), want(q.size()), plain(q.size()), drowned(q.size());
+        std::vector<float> scratch(size_t(rows * group));
+        attention(q.data(), kv, out.data(), s.n_head, s.n_head_kv, s.hd, 5, rows, 0.125f, scratch.data(),
+                  sinks.data());
+        attention_ref(q.data(), kv, want.data(), s.n_head, s.n_head_kv, s.hd, 5, rows, 0.125f, sinks.data());
+        for (int64_t h = 0; h < s.n_head; ++h) {
+            const int64_t off = (h / group) * s.hd + 5 * stride;
+            const double budget = head_budget(&q[size_t(h * s.hd)], &k[size_t(off)], &v[size_t(off)], s.hd,
+                                              stride, rows - 5, 0.125f);
+            for (int64_t d = 0; d < s.hd; ++d)
+                ASSERT_LE(std::fabs(out[size_t(h * s.hd + d)] - want[size_t(h * s.hd + d)]), budget);
+        }
+        const std::vector<float> none(size_t(s.n_head), -1e30f);
+        attention_ref(q.data(), kv, drowned.data(), s.n_head, s.n_head_kv, s.hd, 0, rows, 0.125f,
+                      none.data());
+        attention_ref(q.data(), kv, plain.data(), s.n_head, s.n_head_kv, s.hd, 0, rows, 0.125f);
+        EXPECT_EQ(drowned, plain);
+        attention_ref(q.data(), kv, plain.data(), s.n_head, s.n_head_kv, s.hd, 3, 4, 0.125f, sinks.data());
+        for (int64_t h = 0; h < s.n_head; ++h) {
+            double dot = 0;
+            for (int64_t d = 0; d < s.hd; ++d)
+                dot += double(q[size_t(h * s.hd + d)]) * k[size_t(3 * stride + (h / group) * s.hd + d)];
+            const double sc = 0.125 * dot, w = 1 / (1 + std::exp(double(sinks[size_t(h)]) - sc));
+            for (int64_t d = 0; d < s.hd; ++d)
+                EXPECT_NEAR(plain[size_t(h * s.hd + d)], w * v[size_t(3 * stride + (h / group) * s.hd + d)],
+                            1e-6);
+        }
+    }
+}
+
 // With one row the softmax weight is 1: the output is that row of v. With identical keys the weights
 // are uniform: the output is the mean of the v rows.
 TEST(Attention, ReferenceClosedForms) {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "backend/cpu/moe.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/ops_ref.h"
 #include "cpu_test_util.h"
 
 namespace minfer::test {
@@ -37,6 +39,14 @@ struct Experts {
         fill(down, f, d * n_expert);
         w = {q, q, q, gate.data(), up.data(), down.data(), d, f, n_expert};
     }
+    // Per-expert biases on all three products (gpt-oss).
+    void add_biases(std::mt19937& rng) {
+        b_gate = random_floats(rng, w.n_ff * w.n_expert, -0.5f, 0.5f);
+        b_up = random_floats(rng, w.n_ff * w.n_expert, -0.5f, 0.5f);
+        b_down = random_floats(rng, w.n_embd * w.n_expert, -0.5f, 0.5f);
+        w.b_gate = b_gate.data(), w.b_up = b_up.data(), w.b_down = b_down.data();
+    }
+    std::vector<float> b_gate, b_up, b_down;
 };
 
 TEST(MoeRoute, TopKOfTheProbabilitiesRenormalised) {
@@ -70,6 +80,40 @@ TEST(MoeRoute, TopKOfTheProbabilitiesRenormalised) {
             }
 }
 
+// gpt-oss's gating: the k experts of highest logit, weighted by the softmax of their k logits alone.
+TEST(MoeRoute, SoftmaxOfTheChosenLogits) {
+    const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.0f, 2.0f};
+    std::vector<int32_t> ids(3);
+    std::vector<float> w(3);
+    cpu::moe_route(logits.data(), 5, 3, ExpertGating::SoftmaxWeight, false, ids.data(), w.data());
+    EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4}));
+    const double d = std::exp(3.0) + 2 * std::exp(2.0);
+    EXPECT_NEAR(w[0], std::exp(3.0) / d, 1e-7);
+    EXPECT_NEAR(w[1], std::exp(2.0) / d, 1e-7);
+    EXPECT_NEAR(w[2], std::exp(2.0) / d, 1e-7);
+}
+
+// The clamped SwiGLU against its formula in double: g and u clamped at 7 (u also at -7), then
+// g * sigmoid(1.702 g) * (u + 1). Budget: z = -1.702 g in f32 is off by 2 u |z| (1.702's rounding and the
+// product), which moves e^z by that relative; expf within 2 ulp, the add, division and two products:
+// (8 + 2 |z|) u relative.
+TEST(MoeAct, SwigluOaiMatchesItsFormula) {
+    std::mt19937 rng(19);
+    std::vector<float> g = random_floats(rng, 4096, -12, 12), u = random_floats(rng, 4096, -12, 12);
+    g.insert(g.end(), {7.0f, 7.5f, -30.0f, 0.0f}), u.insert(u.end(), {8.0f, -9.0f, 1.0f, 3.0f});
+    std::vector<float> y(g.size()), r(g.size());
+    cpu::swiglu_oai(g.data(), u.data(), y.data(), int64_t(g.size()));
+    cpu::swiglu_oai_ref(g.data(), u.data(), r.data(), int64_t(g.size()));
+    for (size_t i = 0; i < g.size(); ++i) {
+        const double a = std::min(double(g[i]), 7.0), b = std::clamp(double(u[i]), -7.0, 7.0);
+        const double want = a / (1 + std::exp(-1.702 * a)) * (b + 1);
+        EXPECT_NEAR(r[i], want, 1e-7 * std::fabs(want) + 1e-30) << g[i] << " " << u[i];
+        EXPECT_NEAR(y[i], want, (8 + 2 * 1.702 * std::fabs(a)) * 0x1p-24 * std::fabs(want) + 1e-30)
+            << g[i] << " " << u[i];
+    }
+    EXPECT_NEAR(y[g.size() - 4], 7.0 / (1 + std::exp(-1.702 * 7)) * 8, 1e-5) << "both clamped";
+}
+
 // Budget: each expert's three products as the matmul tests allow them (f32 dots: a few roundings of
 // sum |w x|; int8x2 activations: 1/64516 of each block's max |x|, twice), then k weighted sums: 2e-4 of
 // the largest |y| covers both with a margin of ten.
@@ -81,8 +125,11 @@ TEST(MoeFfn, EqualsItsScalarTwin) {
         for (const DecodeDot dot : {DecodeDot::F32, DecodeDot::Int8x2})
             for (const int64_t nt : {1, 3, 17}) {
                 SCOPED_TRACE(std::string(ggml_type_name(type)) + ", " + std::to_string(nt) + " tokens");
-                const Experts ex(type, d, type == GgmlType::Q4_K ? 256 : f, n_expert, rng);
-                const op::MoeFfn o{n_expert, 3, ExpertGating::Softmax, true};
+                Experts ex(type, d, type == GgmlType::Q4_K ? 256 : f, n_expert, rng);
+                const bool oai = nt == 3;  // gpt-oss's gating, activation and biases
+                if (oai) ex.add_biases(rng);
+                const op::MoeFfn o{n_expert, 3, oai ? ExpertGating::SoftmaxWeight : ExpertGating::Softmax,
+                                   true, oai ? ExpertAct::SwiGLUOai : ExpertAct::SwiGLU};
                 const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
                 const std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
                 std::vector<float> got(static_cast<size_t>(nt * d)), want(got.size());

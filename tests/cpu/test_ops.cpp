@@ -164,8 +164,8 @@ TEST(Ops, RopeMatchesNaiveFormula) {
                     const int64_t n_head = 3;
                     const auto x = random_floats(rng, n_head * hd, -4.0f, 4.0f);
                     auto y = x, r = x;
-                    rope(y.data(), n_head, hd, n_rot, pos, 1e6f, 1.0f, neox);
-                    rope_ref(r.data(), n_head, hd, n_rot, pos, 1e6f, 1.0f, neox);
+                    rope(y.data(), n_head, hd, n_rot, pos, {1e6f}, neox);
+                    rope_ref(r.data(), n_head, hd, n_rot, pos, {1e6f}, neox);
                     EXPECT_EQ(y, r) << "neox=" << neox << " hd=" << hd << " n_rot=" << n_rot
                                     << " pos=" << pos;
                     const auto want = rope_naive(x, n_head, hd, n_rot, pos, 1e6, neox);
@@ -195,13 +195,43 @@ TEST(Ops, RopeScaleDividesThePosition) {
         for (int32_t pos : {1, 17, 4095}) {
             const auto x = random_floats(rng, 2 * 64, -4.0f, 4.0f);
             auto scaled = x, plain = x, odd = x, odd_ref = x;
-            rope(scaled.data(), 2, 64, 64, 2 * pos, 1e6f, 0.5f, neox);
-            rope(plain.data(), 2, 64, 64, pos, 1e6f, 1.0f, neox);
+            rope(scaled.data(), 2, 64, 64, 2 * pos, {1e6f, 0.5f}, neox);
+            rope(plain.data(), 2, 64, 64, pos, {1e6f}, neox);
             EXPECT_EQ(scaled, plain) << pos;
-            rope(odd.data(), 2, 64, 64, 2 * pos + 1, 1e6f, 0.5f, neox);
-            rope_ref(odd_ref.data(), 2, 64, 64, 2 * pos + 1, 1e6f, 0.5f, neox);
+            rope(odd.data(), 2, 64, 64, 2 * pos + 1, {1e6f, 0.5f}, neox);
+            rope_ref(odd_ref.data(), 2, 64, 64, 2 * pos + 1, {1e6f, 0.5f}, neox);
             EXPECT_EQ(odd, odd_ref);
             EXPECT_NE(odd, plain);
+        }
+    }
+}
+
+// YaRN against HF transformers' construction, written out here in double: inv_freq = interpolation *
+// (1 - e) + extrapolation * e, e = 1 - clamp((i - low) / (high - low)), interpolation = extrapolation /
+// factor; cos and sin times 0.1 ln(factor) + 1. gpt-oss's numbers: base 150000, factor 32, original
+// context 4096, betas 32 and 1, head_dim 64 (low 8.09, high 17.40). Budget as the naive formula's.
+TEST(Ops, RopeYarnMatchesItsConstruction) {
+    std::mt19937 rng(7);
+    const int64_t hd = 64, half = hd / 2;
+    const double base = 150000, factor = 32, pi = 3.14159265358979323846;
+    const auto dim = [&](double rot) { return hd * std::log(4096 / (rot * 2 * pi)) / (2 * std::log(base)); };
+    const double low = dim(32), high = dim(1), mscale = 0.1 * std::log(factor) + 1;
+    const RopeFreq f{float(base), float(1 / factor), low, high, mscale};
+    for (int32_t pos : {0, 1, 37, 4095, 70000}) {
+        const auto x = random_floats(rng, hd, -4.0f, 4.0f);
+        auto y = x, r = x;
+        rope(y.data(), 1, hd, hd, pos, f, true);
+        rope_ref(r.data(), 1, hd, hd, pos, f, true);
+        EXPECT_EQ(y, r);
+        for (int64_t i = 0; i < half; ++i) {
+            const double extrap = std::pow(base, -2.0 * double(i) / hd), interp = extrap / factor;
+            const double e = 1 - std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+            const double theta = pos * (interp * (1 - e) + extrap * e);
+            const double c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
+            const double a = x[size_t(i)], b = x[size_t(i + half)];
+            const double budget = 4 * kU * mscale * (std::fabs(a) + std::fabs(b));
+            EXPECT_NEAR(y[size_t(i)], a * c - b * s, budget) << pos << " " << i;
+            EXPECT_NEAR(y[size_t(i + half)], a * s + b * c, budget) << pos << " " << i;
         }
     }
 }
@@ -211,7 +241,7 @@ TEST(Ops, RopePositionZeroIsIdentity) {
     const auto x = random_floats(rng, 2 * 128, -1.0f, 1.0f);
     for (bool neox : {false, true}) {
         auto y = x;
-        rope(y.data(), 2, 128, 128, 0, 10000.0f, 1.0f, neox);
+        rope(y.data(), 2, 128, 128, 0, {10000.0f}, neox);
         EXPECT_EQ(y, x);
     }
 }

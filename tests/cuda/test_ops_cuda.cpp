@@ -115,8 +115,7 @@ void check_rope(const RopeCase& c, int64_t nt, bool in_place, std::mt19937& rng)
     Vec want = x;
     Tol tol(want.size());
     for (int64_t t = 0; t < nt; ++t) {
-        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], c.base, 1.0f,
-                      c.neox);
+        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], {c.base}, c.neox);
         const double m = max_abs(x.data() + t * row, row);
         for (int64_t i = 0; i < row; ++i)
             tol[size_t(t * row + i)] = i % c.head_dim < c.n_rot ? 2e-6 * m : 0.0;
@@ -497,7 +496,7 @@ Vec expected_head(const float* src, const float* bias, const float* norm, const 
         cpu::rms_norm_ref(x.data(), norm, y.data(), hd, eps);
         x = y;
     }
-    if (rope) cpu::rope_ref(x.data(), 1, hd, c.n_rot, pos, c.base, 1.0f, c.neox);
+    if (rope) cpu::rope_ref(x.data(), 1, hd, c.n_rot, pos, {c.base}, c.neox);
     return x;
 }
 

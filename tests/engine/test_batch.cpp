@@ -220,6 +220,21 @@ TEST(BatchInvariance, MixtureOfExpertsUnderLoadEqualsAlone) {
     expect_invariant_under_load(*m, {}, true);
 }
 
+// gpt-oss: sinks, windows, YaRN and biased experts under load equal their runs alone.
+TEST(BatchInvariance, GptOssUnderLoadEqualsAlone) {
+    TempDir dir;
+    SynthSpec s;
+    s.arch = "gpt-oss";
+    s.n_layer = 2, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
+    s.n_expert = 8, s.n_expert_used = 4, s.n_ff_exp = 64;
+    s.type = GgmlType::Q8_0;
+    s.extra_metadata = {{"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
+                        {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}}};
+    write_synth_model(s, dir.file("gptoss.gguf"));
+    const auto m = Model::load(dir.file("gptoss.gguf"));
+    expect_invariant_under_load(*m, {}, true);
+}
+
 // Sliding-window layers (gemma3: five local layers of window 16, then a global one): sequences longer
 // than the window, with and without the prefix cache and in a compact cache, equal their runs alone.
 TEST(BatchInvariance, SlidingWindowUnderLoadEqualsAlone) {

@@ -97,11 +97,13 @@ INSTANTIATE_TEST_SUITE_P(Models, FloatGolden,
                          [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // The architectures whose minis this repository holds (scripts/make-arch-mini.py, trained and referenced
-// in float64 throughout on an H100): qwen3moe (4 layers, 8 experts, 2 per token) and gemma3 (6 layers,
-// window 16, linear RoPE scaling on the global layer).
+// in float64 throughout on an H100): qwen3moe (4 layers, 8 experts, 2 per token), gemma3 (6 layers,
+// window 16, linear RoPE scaling on the global layer) and gpt-oss (4 layers alternating window 16 and
+// global, sinks, YaRN x32, 8 biased experts).
 INSTANTIATE_TEST_SUITE_P(RepoMinis, FloatGolden,
                          ::testing::Values(FloatCase{"qwen3moe-mini", "F16", 1, true},
-                                           FloatCase{"gemma3-mini", "F16", 1, true}),
+                                           FloatCase{"gemma3-mini", "F16", 1, true},
+                                           FloatCase{"gptoss-mini", "F16", 1, true}),
                          [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // The same references at two tensor-parallel ranks (models/shard.h): the partial sums of attn_output and

@@ -286,6 +286,49 @@ TEST(Gemma3, local_and_global_layers_post_norms_and_geglu) {
     EXPECT_EQ(scale, 1);
 }
 
+// gpt-oss: the even layers attend within the window, the odd ones to every position, all with sink logits
+// and YaRN RoPE (correction range not rounded); biases on the attention output, the router and the
+// experts; the experts weighted by the softmax of the chosen logits, through the clamped SwiGLU.
+TEST(GptOss, sinks_windows_yarn_and_biased_experts) {
+    static TempDir dir;
+    SynthSpec s;
+    s.arch = "gpt-oss";
+    s.n_layer = 3, s.n_swa = 16, s.head_dim = 16;
+    s.extra_metadata = {
+        {"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
+        {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}},
+        {"gpt-oss.rope.scaling.original_context_length", GgufValue{GgufValueType::U32, uint64_t(4096)}}};
+    write_synth_model(s, dir.file("gptoss.gguf"));
+    const auto m = Model::load(dir.file("gptoss.gguf"));
+    Session session(*m, {64, 2});
+    session.forward(prompt(5, m->hp.n_vocab), 1);
+    std::vector<std::string> attn;
+    int biased = 0;
+    for (const CNode& n : session.graph().nodes) {
+        if (const auto* a = std::get_if<meta::Attn>(&n.meta)) {
+            attn.push_back(op_string(n.op));
+            EXPECT_EQ(a->sinks.name, "blk." + std::to_string(n.layer) + ".attn_sinks.weight");
+        }
+        if (const auto* r = std::get_if<meta::Rope>(&n.meta)) {
+            EXPECT_EQ(r->freq_scale, 1.0f / 32);
+            // 16 * ln(4096 / (32 * 2 pi)) / (2 ln 1e6) and the same at beta 1: not whole numbers.
+            EXPECT_NEAR(r->yarn.low, 16 * std::log(4096 / (64 * M_PI)) / (2 * std::log(1e6)), 1e-12);
+            EXPECT_NEAR(r->yarn.high, 16 * std::log(4096 / (2 * M_PI)) / (2 * std::log(1e6)), 1e-12);
+            EXPECT_NEAR(r->yarn.mscale, 0.1 * std::log(32.0) + 1, 1e-12);
+        }
+        if (const auto* mm = std::get_if<meta::MatMul>(&n.meta); mm && mm->bias.present()) ++biased;
+        if (std::holds_alternative<op::MoeFfn>(n.op)) {
+            EXPECT_EQ(
+                op_string(n.op),
+                "MoeFfn { n_expert: 8, n_used: 2, gating: softmax_weight, norm: true, act: swiglu_oai }");
+            EXPECT_TRUE(std::get<meta::MoeFfn>(n.meta).down_b.present());
+        }
+    }
+    const std::string local = "Attn { mode: SlidingWindow, window: 16 }", global = "Attn { mode: Causal }";
+    EXPECT_EQ(attn, (std::vector<std::string>{local, global, local}));
+    EXPECT_EQ(biased, 3 * 5);  // q, k, v, attn_output and the router in each layer
+}
+
 // ---- fused decode vs unfused (§2.6, pitfall 4) ---------------------------------------------------
 
 // Runs graphs built for any GraphParams through the production passes (validate, assign backends,

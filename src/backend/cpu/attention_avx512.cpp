@@ -163,7 +163,7 @@ bool attention_fits(int64_t group, int64_t hd) {
 }
 
 void attention(const float* q, const KvRows& rows, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t lo, int64_t n_kv_rows, float scale, float* scratch) {
+               int64_t lo, int64_t n_kv_rows, float scale, float* scratch, const float* sinks) {
     const int64_t group = n_head / n_head_kv, n = n_kv_rows;
     for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
         const float* qg = q + kvh * group * hd;
@@ -172,7 +172,10 @@ void attention(const float* q, const KvRows& rows, float* out, int64_t n_head, i
         double inv[8];
         scores(qg, group, rows, rows.k + kvh * hd, lo, n, hd, scale, scratch, mx);
         for (int64_t h = 0; h < group; ++h) {
-            const double sum = n > lo ? exp_sum(scratch + h * n + lo, n - lo, mx[h]) : 0.0;
+            const float* sink = sinks ? sinks + kvh * group + h : nullptr;
+            if (sink) mx[h] = std::max(mx[h], *sink);
+            const double sum = (n > lo ? exp_sum(scratch + h * n + lo, n - lo, mx[h]) : 0.0) +
+                               (sink ? std::exp(double(*sink) - mx[h]) : 0.0);
             inv[h] = sum > 0.0 ? 1.0 / sum : 0.0;
         }
         for (int64_t h = 0; h < group; h += 4) {  // passes of up to 4 heads

@@ -23,7 +23,7 @@ void geglu(const float* g, const float* u, float* y, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t first, int64_t n_kv_rows, float scale, float* scratch);
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch, const float* sinks);
 
 // The prefill matmul's operands, both k-major. Weight panel: kPanelRows rows, panel[k * kPanelRows + r]
 // = w_r[k] ([n_in, 16]), rows past nr zero; pack_panel builds it from nr <= kPanelRows f32 rows (stride
@@ -59,6 +59,6 @@ const avx2::PanelMicroFn* panel_micros();
 // 8 heads (attention_fits); scratch holds n_kv_rows floats per head of a group.
 bool attention_fits(int64_t group, int64_t hd);
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t first, int64_t n_kv_rows, float scale, float* scratch);
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch, const float* sinks);
 }  // namespace avx512
 }  // namespace minfer::cpu

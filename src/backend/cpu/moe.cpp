@@ -14,6 +14,20 @@ const uint8_t* expert_rows(const QuantTraits& q, const void* base, int64_t e, in
     return static_cast<const uint8_t*>(base) + size_t(e * rows) * quant_row_bytes(q, n_in);
 }
 
+const float* expert_bias(const float* b, int64_t e, int64_t n) {
+    return b ? b + e * n : nullptr;
+}
+
+// y = act(g, u) over n elements.
+void activate(ExpertAct act, const float* g, const float* u, float* y, int64_t n, bool ref) {
+    switch (act) {
+        case ExpertAct::SwiGLU:
+            return ref ? swiglu_ref(g, u, y, n) : swiglu(g, u, y, n);
+        case ExpertAct::SwiGLUOai:
+            return ref ? swiglu_oai_ref(g, u, y, n) : swiglu_oai(g, u, y, n);
+    }
+}
+
 // The (t, j) slots (t * k + j) ordered by expert, tokens in order within an expert: order[i] is a slot,
 // first[e] .. first[e + 1] the slots of expert e, where[slot] its index in order.
 void group_by_expert(const std::vector<int32_t>& ids, int64_t n_expert, std::vector<int32_t>& order,
@@ -48,10 +62,12 @@ void moe_route(const float* logits, int64_t n_expert, int64_t k, ExpertGating ga
     double sum = 0, denom = 0, top = logits[ids[0]];
     if (gating == ExpertGating::Softmax)
         for (int64_t e = 0; e < n_expert; ++e) denom += std::exp(double(logits[e]) - top);
+    if (gating == ExpertGating::SoftmaxWeight)
+        for (int64_t j = 0; j < k; ++j) denom += std::exp(double(logits[ids[j]]) - top);
     for (int64_t j = 0; j < k; ++j) {
         const double l = logits[ids[j]];
         p[size_t(j)] =
-            gating == ExpertGating::Softmax ? std::exp(l - top) / denom : 1.0 / (1.0 + std::exp(-l));
+            gating == ExpertGating::Sigmoid ? 1.0 / (1.0 + std::exp(-l)) : std::exp(l - top) / denom;
         sum += p[size_t(j)];
     }
     for (int64_t j = 0; j < k; ++j) w[j] = float(norm ? p[size_t(j)] / sum : p[size_t(j)]);
@@ -77,13 +93,13 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
         float *xe = s.x.data() + b * d, *ge = s.gate.data() + b * f, *ue = s.up.data() + b * f;
         for (int64_t i = 0; i < n; ++i)  // [n][d]: the rows of the tokens routed to e
             std::copy_n(x + s.order[size_t(b + i)] / k * d, d, xe + i * d);
-        matmul(*w.q_gate, expert_rows(*w.q_gate, w.gate, e, f, d), d, f, xe, n, ge, nullptr, pool, decode,
-               invariant);  // [n][f]
-        matmul(*w.q_up, expert_rows(*w.q_up, w.up, e, f, d), d, f, xe, n, ue, nullptr, pool, decode,
-               invariant);
-        for (int64_t i = 0; i < n; ++i) swiglu(ge + i * f, ue + i * f, ge + i * f, f);
-        matmul(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), f, d, ge, n, s.out.data() + b * d, nullptr,
-               pool, decode, invariant);  // [n][d]
+        matmul(*w.q_gate, expert_rows(*w.q_gate, w.gate, e, f, d), d, f, xe, n, ge,
+               expert_bias(w.b_gate, e, f), pool, decode, invariant);  // [n][f]
+        matmul(*w.q_up, expert_rows(*w.q_up, w.up, e, f, d), d, f, xe, n, ue, expert_bias(w.b_up, e, f), pool,
+               decode, invariant);
+        for (int64_t i = 0; i < n; ++i) activate(o.act, ge + i * f, ue + i * f, ge + i * f, f, false);
+        matmul(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), f, d, ge, n, s.out.data() + b * d,
+               expert_bias(w.b_down, e, d), pool, decode, invariant);  // [n][d]
     }
     pool.parallel_for(nt, [&](int64_t tb, int64_t te) {
         for (int64_t t = tb; t < te; ++t) {
@@ -111,11 +127,12 @@ void moe_ffn_ref(const MoeExperts& w, const op::MoeFfn& o, const float* x, const
         for (int64_t j = 0; j < k; ++j) {
             const int64_t e = ids[size_t(j)];
             matmul_ref(*w.q_gate, expert_rows(*w.q_gate, w.gate, e, f, d), d, f, x + t * d, 1, gate.data(),
-                       nullptr);
-            matmul_ref(*w.q_up, expert_rows(*w.q_up, w.up, e, f, d), d, f, x + t * d, 1, up.data(), nullptr);
-            swiglu_ref(gate.data(), up.data(), gate.data(), f);
+                       expert_bias(w.b_gate, e, f));
+            matmul_ref(*w.q_up, expert_rows(*w.q_up, w.up, e, f, d), d, f, x + t * d, 1, up.data(),
+                       expert_bias(w.b_up, e, f));
+            activate(o.act, gate.data(), up.data(), gate.data(), f, true);
             matmul_ref(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), f, d, gate.data(), 1, out.data(),
-                       nullptr);
+                       expert_bias(w.b_down, e, d));
             for (int64_t i = 0; i < d; ++i) acc[size_t(i)] += double(p[size_t(j)]) * double(out[size_t(i)]);
         }
         for (int64_t i = 0; i < d; ++i) y[t * d + i] = float(acc[size_t(i)]);

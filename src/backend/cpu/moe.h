@@ -5,7 +5,8 @@
 //   cpu::MoeExperts w{...};                    // the stacked weights, as the GGUF holds them
 //   cpu::moe_ffn(w, o, x, logits, nt, y, pool, decode, invariant, scratch);
 //
-// A token's output is sum_j p_j * down_j(silu(gate_j x) * up_j x) added in selection order, its expert
+// A token's output is sum_j p_j * down_j(act(gate_j x, up_j x)) added in selection order (act: SwiGLU or
+// gpt-oss's clamped form; each product plus its expert's bias where the model has them), its expert
 // products computed by cpu::matmul: with `invariant`, each row's bits are those of the token alone, so a
 // sequence's tokens do not depend on what else is in the batch.
 #pragma once
@@ -20,8 +21,8 @@
 namespace minfer::cpu {
 
 // One token's routing: ids[k] the k experts of highest probability (the lower id first on ties), in
-// descending order, and w[k] their probabilities (softmax or sigmoid of the logits [n_expert]), divided
-// by their sum when `norm`.
+// descending order, and w[k] their probabilities (softmax or sigmoid of the logits [n_expert], or the
+// softmax of the k chosen logits alone), divided by their sum when `norm`.
 void moe_route(const float* logits, int64_t n_expert, int64_t k, ExpertGating gating, bool norm, int32_t* ids,
                float* w);
 
@@ -32,6 +33,8 @@ struct MoeExperts {
     const QuantTraits *q_gate, *q_up, *q_down;
     const void *gate, *up, *down;
     int64_t n_embd, n_ff, n_expert;
+    // Optional per-expert biases: expert e's at b_gate + e * n_ff, b_up + e * n_ff, b_down + e * n_embd.
+    const float *b_gate = nullptr, *b_up = nullptr, *b_down = nullptr;
 };
 
 // Buffers moe_ffn grows and reuses across calls.

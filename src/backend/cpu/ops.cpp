@@ -16,14 +16,13 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     rms_norm_ref(x, w, y, n, eps);
 }
 
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, float scale,
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, const RopeFreq& f,
           bool neox) {
     // One angle per pair, shared by all heads; cos/sin in double, the rotation itself in float.
     const int64_t half = n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
-        const double theta =
-            double(pos) * double(scale) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
-        const float c = float(std::cos(theta)), s = float(std::sin(theta));
+        float c, s;
+        f.cos_sin(pos, i, n_rot, c, s);
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_head; ++h) {
             float* xh = x + h * head_dim;
@@ -82,6 +81,14 @@ void geglu(const float* g, const float* u, float* y, int64_t n) {
     geglu_ref(g, u, y, n);
 }
 
+// A plain loop: the experts' activations are a small part of their products' time.
+void swiglu_oai(const float* g, const float* u, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float a = std::min(g[i], 7.0f), b = std::clamp(u[i], -7.0f, 7.0f);
+        y[i] = a / (1.0f + std::exp(-1.702f * a)) * (b + 1.0f);
+    }
+}
+
 void scale(const float* x, float s, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
 }
@@ -104,12 +111,12 @@ KvRows contiguous_rows(const float* k, const float* v, int64_t stride, int64_t n
 }
 
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t first, int64_t n_kv_rows, float scale, float* scratch) {
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch, const float* sinks) {
     if (quants_use_avx512() && avx512::attention_fits(n_head / n_head_kv, hd))
-        return avx512::attention(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale, scratch);
+        return avx512::attention(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale, scratch, sinks);
     if (cpu_has_avx2())
-        return avx2::attention(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale, scratch);
-    attention_ref(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale);
+        return avx2::attention(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale, scratch, sinks);
+    attention_ref(q, kv, out, n_head, n_head_kv, hd, first, n_kv_rows, scale, sinks);
 }
 
 }  // namespace minfer::cpu

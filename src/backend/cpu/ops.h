@@ -2,16 +2,40 @@
 // Each kernel works on one row (or one token) so the backend can split rows across threads;
 // scalar reference twins live in ops_ref.h and back the randomized op-vs-reference tests.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace minfer::cpu {
+
+// How pair i of n_rot turns at position p: by theta = p * scale * base^(-2i/n_rot), or with YaRN (yarn_high >
+// 0) by p times the blend of base^(-2i/n_rot) * scale and base^(-2i/n_rot), the latter's weight
+// 1 - clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1), cos and sin then times mscale. In double.
+struct RopeFreq {
+    float base;
+    float scale = 1.0f;
+    double yarn_low = 0.0, yarn_high = 0.0, mscale = 1.0;
+
+    void cos_sin(int32_t pos, int64_t i, int64_t n_rot, float& c, float& s) const {
+        const double extrap = std::pow(double(base), -2.0 * double(i) / double(n_rot));
+        double theta = double(pos) * double(scale) * extrap, m = 1.0;
+        if (yarn_high > 0.0) {
+            const double span = yarn_high > yarn_low ? yarn_high - yarn_low : 0.001;
+            const double keep = 1.0 - std::clamp((double(i) - yarn_low) / span, 0.0, 1.0);
+            theta = double(pos) * (extrap * double(scale) * (1.0 - keep) + extrap * keep);
+            m = mscale;
+        }
+        c = float(std::cos(theta) * m);
+        s = float(std::sin(theta) * m);
+    }
+};
 
 // y = x / sqrt(mean(x^2) + eps) * w, one row of n.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 // In place on one token row of n_head heads of head_dim: rotate the first n_rot dims of each head by pos.
 // neox=false: adjacent pairs (x[2i], x[2i+1]); neox=true: halves (x[i], x[i + n_rot/2]).
-// theta_i = pos * scale * base^(-2i / n_rot), angles evaluated in double (scale: linear RoPE scaling).
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, float scale,
+// The angles are RopeFreq's.
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, const RopeFreq& f,
           bool neox);
 void silu(const float* x, float* y, int64_t n);                    // y = x * sigmoid(x)
 void swiglu(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
@@ -48,8 +72,11 @@ KvRows contiguous_rows(const float* k, const float* v, int64_t stride, int64_t n
 // (first > 0: a sliding window). q: [n_head * hd] (this token); head h reads kv head h / (n_head /
 // n_head_kv) at column offset (h / group) * hd of each row. out: [n_head * hd]. scratch: at least
 // n_kv_rows * (n_head / n_head_kv) floats. The result depends on the rows' values only, not on where the
-// blocks lie.
+// blocks lie. sinks (optional, [n_head]): each head's sink logit, which joins the softmax's sum but
+// weighs no row (gpt-oss).
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t first, int64_t n_kv_rows, float scale, float* scratch);
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch, const float* sinks = nullptr);
+// gpt-oss's expert activation: g' = min(g, 7), u' = clamp(u, -7, 7), y = g' * sigmoid(1.702 g') * (u' + 1).
+void swiglu_oai(const float* g, const float* u, float* y, int64_t n);
 
 }  // namespace minfer::cpu

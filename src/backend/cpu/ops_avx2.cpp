@@ -232,13 +232,15 @@ void mul(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void attention(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv, int64_t hd,
-               int64_t first, int64_t n_kv_rows, float scale, float* scratch) {
+               int64_t first, int64_t n_kv_rows, float scale, float* scratch, const float* sinks) {
     const int64_t group = n_head / n_head_kv, n = n_kv_rows;
     for (int64_t h = 0; h < n_head; ++h) {
         const float* qh = q + h * hd;
         const int64_t off = (h / group) * hd;
-        const float mx = scores(qh, kv, kv.k + off, first, n, hd, scale, scratch);
-        const double sum = n > first ? exp_sum(scratch + first, n - first, mx) : 0.0;
+        float mx = scores(qh, kv, kv.k + off, first, n, hd, scale, scratch);
+        if (sinks) mx = std::max(mx, sinks[h]);
+        const double sum = (n > first ? exp_sum(scratch + first, n - first, mx) : 0.0) +
+                           (sinks ? std::exp(double(sinks[h]) - mx) : 0.0);
         weighted_sum(scratch, kv, kv.v + off, first, n, hd, sum > 0.0 ? 1.0 / sum : 0.0, out + h * hd);
     }
 }

@@ -12,15 +12,14 @@ void rms_norm_ref(const float* x, const float* w, float* y, int64_t n, float eps
     for (int64_t i = 0; i < n; ++i) y[i] = float(double(x[i]) * scale * double(w[i]));
 }
 
-void rope_ref(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, float base, float scale,
+void rope_ref(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, const RopeFreq& f,
               bool neox) {
     const int64_t half = n_rot / 2;
     for (int64_t h = 0; h < n_head; ++h) {
         float* xh = x + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-            const double theta =
-                double(pos) * double(scale) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
-            const float c = float(std::cos(theta)), s = float(std::sin(theta));
+            float c, s;
+            f.cos_sin(pos, i, n_rot, c, s);
             const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
             const float a = xh[i0], b = xh[i1];
             xh[i0] = a * c - b * s;
@@ -39,6 +38,13 @@ void silu_ref(const float* x, float* y, int64_t n) {
 
 void swiglu_ref(const float* g, const float* u, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = float(silu_d(g[i]) * double(u[i]));
+}
+
+void swiglu_oai_ref(const float* g, const float* u, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const double a = std::min(double(g[i]), 7.0), b = std::clamp(double(u[i]), -7.0, 7.0);
+        y[i] = float(a / (1.0 + std::exp(-1.702 * a)) * (b + 1.0));
+    }
 }
 
 // x / 2 (1 + tanh z) written as x / (1 + e^(-2z)), the same value without 1 + tanh z's cancellation for
@@ -67,7 +73,7 @@ int32_t argmax_ref(const float* x, int64_t n) {
 }
 
 void attention_ref(const float* q, const KvRows& kv, float* out, int64_t n_head, int64_t n_head_kv,
-                   int64_t hd, int64_t first, int64_t n_kv_rows, float scale) {
+                   int64_t hd, int64_t first, int64_t n_kv_rows, float scale, const float* sinks) {
     const int64_t group = n_head / n_head_kv;
     std::vector<double> p(static_cast<size_t>(n_kv_rows > 0 ? n_kv_rows : 0)), acc(static_cast<size_t>(hd));
     for (int64_t h = 0; h < n_head; ++h) {
@@ -80,7 +86,8 @@ void attention_ref(const float* q, const KvRows& kv, float* out, int64_t n_head,
             p[size_t(j)] = double(scale) * s;
             mx = std::fmax(mx, p[size_t(j)]);
         }
-        double sum = 0.0;
+        if (sinks) mx = std::fmax(mx, double(sinks[h]));
+        double sum = sinks ? std::exp(double(sinks[h]) - mx) : 0.0;
         for (int64_t j = first; j < n_kv_rows; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
         for (auto& a : acc) a = 0.0;
         for (int64_t j = first; j < n_kv_rows; ++j)
