@@ -44,24 +44,7 @@ bool CudaBackend::supports(const CNode& n) const {
     return !mm || cuda::quant_supported(mm->weight.type);
 }
 
-namespace {
-
-// What the device kernels do not compute yet: attention sinks and YaRN RoPE (gpt-oss).
-void check_device_coverage(const ComputeGraph& g) {
-    for (const CNode& n : g.nodes) {
-        const auto* a = std::get_if<meta::Attn>(&n.meta);
-        const auto* r = std::get_if<meta::Rope>(&n.meta);
-        const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
-        if ((a && a->sinks.present()) || (r && r->yarn.on()) || (f && f->rope.yarn.on()))
-            throw Error("the CUDA backend does not run attention sinks or YaRN RoPE yet (node " + n.name +
-                        "); run this model with --device cpu");
-    }
-}
-
-}  // namespace
-
 void CudaBackend::prepare(const ComputeGraph& g) {
-    check_device_coverage(g);
     const bool paged = g.find_input("seq_slot") >= 0;
     impl_->gemm_tokens = impl_->opt.invariant ? INT64_MAX : paged ? 2 : cuda::kMaxMatvecTokens + 1;
     impl_->reserve_kv(g);  // new layers' regions leave the captured ones in place
@@ -204,8 +187,7 @@ void CudaBackend::Impl::matmul(const QMatrix& w, const float* bias, const float*
 void CudaBackend::Impl::fused_qkv(const ComputeGraph& g, const CNode& n) {
     const auto& m = std::get<meta::FusedQkv>(n.meta);
     const int64_t nt = n.shape[1], nq = m.q.weight.n_out, nkv = m.kv.n_embd;
-    cuda::QkvEpilogue e{{m.rope.n_head, m.rope.head_dim, m.rope.n_rot, m.rope.freq_base,
-                         m.style == RopeStyle::Neox, m.rope.freq_scale},
+    cuda::QkvEpilogue e{rope_shape(m.rope, m.style == RopeStyle::Neox),
                         m.n_head_kv,
                         vec(m.q.bias),
                         vec(m.k.bias),
@@ -264,7 +246,8 @@ void CudaBackend::Impl::attention_gemm(const ComputeGraph& g, const CNode& n, co
                    blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(nt), int(hd), &m.scale, k, int(kv_stride),
                    hd, dev(n.src[0]), int(q_stride), hd, &zero, s, int(n_kv), nt * n_kv, int(m.n_head)),
                "attention scores");
-    cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream, std::get<op::Attn>(n.op).window);
+    cuda::causal_softmax(s, ids(n.src[2]), nt, m.n_head, n_kv, stream, std::get<op::Attn>(n.op).window,
+                         vec(m.sinks));
     blas_check(cuda::cublas().sgemm_strided_batched(
                    blas, CUBLAS_OP_N, CUBLAS_OP_N, int(hd), int(nt), int(n_kv), &one, v, int(kv_stride), hd,
                    s, int(n_kv), nt * n_kv, &zero, dev(n.id), int(out_stride), hd, int(m.n_head)),
@@ -309,18 +292,15 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
             },
             [&](const op::Rope& o) {
                 const auto& m = std::get<meta::Rope>(n.meta);
-                cuda::rope(
-                    in(0), out, ids(n.src[1]), nt,
-                    {m.n_head, m.head_dim, m.n_rot, m.freq_base, o.style == RopeStyle::Neox, m.freq_scale},
-                    s);
+                cuda::rope(in(0), out, ids(n.src[1]), nt, rope_shape(m, o.style == RopeStyle::Neox), s);
             },
             [&](const op::Attn& o) {
                 const bool prefill = nt > cuda::kMaxMatvecTokens;
                 const auto& m = std::get<meta::Attn>(n.meta);
                 if (prefill && gemm_attention && !opt.invariant && n.src.size() == 3)
                     return attention_gemm(g, n, bufs);  // unpaged
-                const cuda::AttnShape a{m.n_head, m.n_head_kv,   m.hd,    g[n.src[0]].shape[0],
-                                        m.scale,  opt.invariant, o.window};
+                const cuda::AttnShape a{m.n_head, m.n_head_kv,   m.hd,     g[n.src[0]].shape[0],
+                                        m.scale,  opt.invariant, o.window, vec(m.sinks)};
                 const cuda::KvSlots at = slots(n);
                 if (!prefill || opt.invariant)
                     return cuda::attention(in(0), region(m.layer), at, nt, a, out, s);

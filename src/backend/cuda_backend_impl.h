@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <map>
 #include <string>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -32,6 +31,18 @@
 #include "util/overload.h"
 
 namespace minfer {
+
+// Whether two RoPE parameter sets turn their pairs by the same angles (the heads may differ).
+inline bool same_angles(const meta::Rope& a, const meta::Rope& b) {
+    return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale &&
+           a.yarn == b.yarn;
+}
+
+// The kernels' shape of a RoPE node's parameters.
+inline cuda::RopeShape rope_shape(const meta::Rope& r, bool neox) {
+    return {r.n_head,     r.head_dim, r.n_rot,     r.freq_base,  neox,
+            r.freq_scale, r.yarn.low, r.yarn.high, r.yarn.mscale};
+}
 
 using cuda::QMatrix;
 
@@ -151,7 +162,7 @@ struct CudaBackend::Impl {
     int64_t gemm_tokens = cuda::kMaxMatvecTokens + 1;
     DeviceBuffer rope_cs;  // cuda::RopeTable of the QKV fusions
     cuda::RopeTable rope_tab{};
-    std::tuple<int64_t, float, float> rope_key{};  // n_rot, freq_base and freq_scale the table was filled for
+    meta::Rope rope_key{};  // the rotary parameters the table was filled for (its angles: same_angles)
     uint64_t launches = 0, captures = 0;
 
     // opt.profile: every node timed alone with CUDA events; a per-op table at exit.
@@ -250,7 +261,7 @@ struct CudaBackend::Impl {
     void choose_host_outputs(const ComputeGraph& g);
     // The RoPE table if it was filled for these rotary parameters, else none (the angles are evaluated).
     cuda::RopeTable rope_table_for(const meta::Rope& r) const {
-        return rope_key == std::tuple{r.n_rot, r.freq_base, r.freq_scale} ? rope_tab : cuda::RopeTable{};
+        return same_angles(rope_key, r) ? rope_tab : cuda::RopeTable{};
     }
     void matmul(const QMatrix& w, const float* bias, const float* x, const float* res, int64_t nt, float* y,
                 XNode x_node = {});

@@ -117,14 +117,12 @@ bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
     for (const CNode& n : g.nodes) {
         const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
         if (!f) continue;
-        const std::tuple key{f->rope.n_rot, f->rope.freq_base, f->rope.freq_scale};
-        if (rope_tab.cs && key == rope_key && rope_tab.n_pos >= f->kv.n_ctx) return false;
+        if (rope_tab.cs && same_angles(rope_key, f->rope) && rope_tab.n_pos >= f->kv.n_ctx) return false;
         rope_cs.reserve(size_t(f->kv.n_ctx * f->rope.n_rot) * sizeof(float));
-        cuda::rope_table({0, f->rope.head_dim, f->rope.n_rot, f->rope.freq_base, false, f->rope.freq_scale},
-                         f->kv.n_ctx, rope_cs.as<float>(), stream);
+        cuda::rope_table(rope_shape(f->rope, false), f->kv.n_ctx, rope_cs.as<float>(), stream);
         MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));  // kernels read it before their first wait
         rope_tab = {rope_cs.as<float>(), f->kv.n_ctx};
-        rope_key = key;
+        rope_key = f->rope;
         return true;
     }
     return false;

@@ -264,8 +264,8 @@ WeightSet Model::weight_set() const {
                             .k = l.wk,
                             .v = l.wv,
                             .matrices = std::move(matrices),
-                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.bo, l.q_norm, l.k_norm, l.ffn_norm,
-                                        l.attn_post_norm, l.ffn_post_norm, l.ffn_gate_inp_b}});
+                            .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.bo, l.attn_sinks, l.q_norm, l.k_norm,
+                                        l.ffn_norm, l.attn_post_norm, l.ffn_post_norm, l.ffn_gate_inp_b}});
     }
     return w;
 }

@@ -240,7 +240,8 @@ inline const char* attention_kernel_name(AttnKernel kernel) {
 // and head against attention_ref over the region's rows [0, min(pos[t] + 1, n_ctx)) (with a sliding
 // window, from pos[t] - window + 1; the budget's bounds still range over all the rows before).
 inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bool wide_q, float q_amp,
-                            std::mt19937& rng, AttnKernel kernel = AttnKernel::Decode, int64_t window = 0) {
+                            std::mt19937& rng, AttnKernel kernel = AttnKernel::Decode, int64_t window = 0,
+                            bool sinks = false) {
     const int64_t nt = int64_t(pos.size()), hd = c.head_dim, row = c.n_head * hd, n_embd = c.n_head_kv * hd;
     const int64_t q_stride = wide_q ? row + 2 * n_embd : row;  // Q inside a fused QKV buffer
     SCOPED_TRACE("heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + ", head_dim " +
@@ -251,6 +252,9 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
     const Vec q = uniform(rng, nt * q_stride, -q_amp, q_amp);
     cuda::AttnShape a{c.n_head, c.n_head_kv, hd, q_stride, float(1.0 / std::sqrt(double(hd)))};
     a.window = window;
+    const Vec sink = sinks ? uniform(rng, c.n_head, -2.0f, 4.0f) : Vec{};
+    DeviceBuffer<float> dsink(sinks ? sink : Vec(1));
+    if (sinks) a.sinks = dsink.get();
     const int splits = cuda::attention_splits(a, nt, n_ctx);
     DeviceBuffer<float> dq(q), dout(size_t(nt * row));
     DeviceBuffer<int32_t> dpos(pos);
@@ -275,7 +279,8 @@ inline void check_attention(const AttnCase& c, const Pos& pos, int64_t n_ctx, bo
         const int64_t first = window > 0 ? std::max<int64_t>(0, pos[size_t(t)] - window + 1) : 0;
         const float* qt = q.data() + t * q_stride;
         const cpu::KvRows rows = cpu::contiguous_rows(reg.k.data(), reg.v.data(), n_embd, n_ctx);
-        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, first, n_kv, a.scale);
+        cpu::attention_ref(qt, rows, want.data() + t * row, c.n_head, c.n_head_kv, hd, first, n_kv, a.scale,
+                           sinks ? sink.data() : nullptr);
         for (int64_t h = 0; h < c.n_head; ++h) {
             const float* qh = qt + h * hd;
             const int64_t off = (h / group) * hd;

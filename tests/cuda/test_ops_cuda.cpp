@@ -90,7 +90,19 @@ struct RopeCase {
     int64_t n_head, head_dim, n_rot;
     bool neox;
     float base;
+    bool yarn =
+        false;  // gpt-oss's YaRN (x32 over 4096 positions, betas 32 and 1, correction range unrounded)
 };
+
+// The YaRN parameters of RopeCase::yarn for a rotation over n_rot dimensions at base `base`.
+cpu::RopeFreq yarn_freq(const RopeCase& c) {
+    const auto dim = [&](double rot) {
+        return double(c.n_rot) * std::log(4096 / (rot * 2 * 3.14159265358979323846)) /
+               (2 * std::log(double(c.base)));
+    };
+    return {c.base, 1.0f / 32, std::max(0.0, dim(32)), std::min(double(c.n_rot - 1), dim(1)),
+            0.1 * std::log(32.0) + 1};
+}
 
 // Budget: c and s are the f32 roundings of the same double angle on both sides (they can differ by 1 ulp
 // only at a rounding boundary) and a * c - b * s is at most three roundings (two with FMA), so
@@ -109,13 +121,16 @@ void check_rope(const RopeCase& c, int64_t nt, bool in_place, std::mt19937& rng)
     DeviceBuffer<int32_t> dpos(pos);
     fill_nan(dy, nt * row);
     float* y = in_place ? dx.get() : dy.get();
-    cuda::rope(dx.get(), y, dpos.get(), nt, cuda::RopeShape{c.n_head, c.head_dim, c.n_rot, c.base, c.neox},
+    const cpu::RopeFreq f = c.yarn ? yarn_freq(c) : cpu::RopeFreq{c.base};
+    cuda::rope(dx.get(), y, dpos.get(), nt,
+               cuda::RopeShape{c.n_head, c.head_dim, c.n_rot, c.base, c.neox, f.scale, f.yarn_low,
+                               f.yarn_high, f.mscale},
                nullptr);
     sync();
     Vec want = x;
     Tol tol(want.size());
     for (int64_t t = 0; t < nt; ++t) {
-        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], {c.base}, c.neox);
+        cpu::rope_ref(want.data() + t * row, c.n_head, c.head_dim, c.n_rot, pos[size_t(t)], f, c.neox);
         const double m = max_abs(x.data() + t * row, row);
         for (int64_t i = 0; i < row; ++i)
             tol[size_t(t * row + i)] = i % c.head_dim < c.n_rot ? 2e-6 * m : 0.0;
@@ -128,9 +143,11 @@ TEST(CudaOps, Rope) {
     MINFER_SKIP_WITHOUT_GPU();
     std::mt19937 rng(202);
     const RopeCase cases[] = {
-        {14, 64, 64, true, 1e6f},   {4, 128, 128, false, 1e4f}, {3, 128, 64, true, 1e4f},
-        {3, 128, 64, false, 5e5f},  {5, 96, 48, true, 1e4f},    {2, 80, 32, false, 1e4f},
-        {16, 128, 128, true, 1e6f},
+        {14, 64, 64, true, 1e6f},         {4, 128, 128, false, 1e4f},
+        {3, 128, 64, true, 1e4f},         {3, 128, 64, false, 5e5f},
+        {5, 96, 48, true, 1e4f},          {2, 80, 32, false, 1e4f},
+        {16, 128, 128, true, 1e6f},       {8, 64, 64, true, 150000.0f, true},
+        {4, 128, 128, false, 1e4f, true},
     };
     for (const RopeCase& c : cases)
         for (int64_t nt : {1, 5})
@@ -456,6 +473,24 @@ TEST(CudaOps, AttentionSlidingWindow) {
             Pos pos(9);
             for (int t = 0; t < 9; ++t) pos[size_t(t)] = 290 + t;
             check_attention(kAttnShapes[i], pos, 512, i % 2 == 0, 1.0f, rng, AttnKernel::Decode, window);
+        }
+}
+
+// Attention sinks (gpt-oss): decode rows (split and unsplit keys), with and without a window, and the
+// query-tiled prefill kernel; each against attention_ref with the same sinks, in the kernel's budget (a
+// sink only adds a term to the softmax's sum).
+TEST(CudaOps, AttentionSinks) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(929);
+    for (size_t i = 0; i < std::size(kAttnShapes); ++i)
+        for (int64_t window : {0, 16}) {
+            for (int32_t p : {0, 5, 64, 1500})
+                check_attention(kAttnShapes[i], {p}, 2048, i % 2 == 1, 1.0f, rng, AttnKernel::Decode, window,
+                                true);
+            Pos pos(70);
+            for (int t = 0; t < 70; ++t) pos[size_t(t)] = 100 + t;
+            check_attention(kAttnShapes[i], pos, 512, i % 2 == 0, 1.0f, rng, AttnKernel::Prefill, window,
+                            true);
         }
 }
 

@@ -24,6 +24,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_test_util.h"
 #include "gguf/gguf_writer.h"
+#include "golden_util.h"
 #include "greedy_check.h"
 #include "models/model.h"
 #include "models/synth.h"
@@ -31,6 +32,7 @@
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "test_data.h"
 
 namespace minfer::test {
 namespace {
@@ -58,6 +60,12 @@ std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_v
     s.type = type;
     s.more_bits_type = more_bits;
     if (arch == "gemma3") s.n_layer = 6, s.n_swa = 8;
+    if (arch == "gpt-oss") {
+        s.n_swa = 8;
+        s.extra_metadata = {
+            {"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
+            {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}}};
+    }
     s.n_ff_exp = 64;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
@@ -180,16 +188,24 @@ TEST_P(CudaVsCpu, PrefillAndDecodeLogitsMatchCpu) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, CudaVsCpu,
-    ::testing::Values(
-        TypeCase{"qwen2", GgmlType::F32, 1e-4f, 1e-4f}, TypeCase{"qwen2", GgmlType::F16, 1e-4f, 1e-4f},
-        TypeCase{"qwen3", GgmlType::BF16, 1e-4f, 1e-4f}, TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
-        TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
-        TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 65536},
-        TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f}, TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f},
-        TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 1e-4f}, TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 1e-4f}),
-    [](const auto& info) { return std::string(info.param.arch) + "_" + ggml_type_name(info.param.type); });
+INSTANTIATE_TEST_SUITE_P(Types, CudaVsCpu,
+                         ::testing::Values(TypeCase{"qwen2", GgmlType::F32, 1e-4f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::F16, 1e-4f, 1e-4f},
+                                           TypeCase{"qwen3", GgmlType::BF16, 1e-4f, 1e-4f},
+                                           TypeCase{"llama", GgmlType::Q8_0, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::Q4_0, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::Q4_K, 1e-2f, 1e-4f, 65536},
+                                           TypeCase{"llama", GgmlType::Q5_K, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen2", GgmlType::Q6_K, 1e-2f, 1e-4f},
+                                           TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 1e-4f},
+                                           TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 1e-4f},
+                                           TypeCase{"gpt-oss", GgmlType::Q8_0, 1e-2f, 1e-4f}),
+                         [](const auto& info) {
+                             std::string arch = info.param.arch;
+                             std::replace(arch.begin(), arch.end(), '-', '_');
+                             return arch + "_" + ggml_type_name(info.param.type);
+                         });
 
 // The decode fusions (FusedQKV / FusedQkvNorm, FusedFFN) compute what the unfused chain does, V of its
 // own type (an _M mix) included. In f32 (MINFER_EXACT_DECODE=1, and MINFER_NO_MMA=1 for the 7-token
@@ -332,7 +348,7 @@ TEST(CudaBatch, ManySequencesMatchCpuEngine) {
     for (const TypeCase& c :
          {TypeCase{"qwen2", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 0},
           TypeCase{"llama", GgmlType::F16, 1e-4f, 0}, TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 0},
-          TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 0}}) {
+          TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"gpt-oss", GgmlType::Q8_0, 1e-2f, 0}}) {
         SCOPED_TRACE(std::string(c.arch) + " " + ggml_type_name(c.type));
         const auto m = synth(c.arch, c.type);
         const auto ref = dequantized(*m);
@@ -468,9 +484,10 @@ std::vector<float> alone_logits(Engine& e, const std::vector<int32_t>& stream) {
 // kernels, Q8_0 and BF16 the f32 matrix-vector ones.
 TEST(CudaBatch, DeterministicRowsEqualAlone) {
     MINFER_REQUIRE_GPU();
-    for (const auto& [arch, type] : {std::pair{"qwen2", GgmlType::Q4_K}, std::pair{"llama", GgmlType::Q8_0},
-                                     std::pair{"qwen3", GgmlType::BF16}, std::pair{"gemma3", GgmlType::Q8_0},
-                                     std::pair{"qwen3moe", GgmlType::Q8_0}}) {
+    for (const auto& [arch, type] :
+         {std::pair{"qwen2", GgmlType::Q4_K}, std::pair{"llama", GgmlType::Q8_0},
+          std::pair{"qwen3", GgmlType::BF16}, std::pair{"gemma3", GgmlType::Q8_0},
+          std::pair{"qwen3moe", GgmlType::Q8_0}, std::pair{"gpt-oss", GgmlType::Q8_0}}) {
         SCOPED_TRACE(std::string(arch) + " " + ggml_type_name(type));
         const auto m = synth(arch, type);
         const auto n_vocab = size_t(m->hp.n_vocab);
@@ -518,6 +535,24 @@ TEST(CudaBatch, DeterministicRowsEqualAlone) {
         for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(fed[i], streams[i].size()) << "sequence " << i;
         EXPECT_GT(e.prefix_hit_tokens(), 0) << "the shared prefix came from the cache";
         EXPECT_EQ(mismatches, 0) << "rows whose logits differ from the sequence run alone";
+    }
+}
+
+// The float64 goldens of the minis this repository holds, on the GPU: every greedy token of the six prompts
+// (sliding windows, sinks, YaRN and the experts on the host included).
+TEST(CudaGolden, RepoMinisGreedyEqualsFloat64) {
+    MINFER_REQUIRE_GPU();
+    for (const char* name : {"qwen3moe-mini", "gemma3-mini", "gptoss-mini"}) {
+        SCOPED_TRACE(name);
+        const auto model = Model::load(repo_mini_path(std::string(name) + "-F16.gguf"));
+        const auto ref = load_json(repo_mini_path(std::string(name) + ".ref.json"));
+        SessionParams sp = golden_params(512);
+        sp.device = BackendKind::Cuda;
+        Session s(*model, sp);
+        for (const auto& p : ref["prompts"])
+            EXPECT_EQ(greedy(s, p["ids"].get<std::vector<int32_t>>(), 48),
+                      p["greedy_ids"].get<std::vector<int32_t>>())
+                << p["text"].get<std::string>();
     }
 }
 

@@ -200,7 +200,8 @@ __device__ void merge_splits(const AttnArgs& p, SplitState& mine, float* my_acc,
             l += ls[sp] * f;
             acc += as[sp] * f;
         }
-        p.out[(t * p.a.n_head + h) * hd + d] = l > 0.0f ? acc / l : 0.0f;
+        const SinkJoin j = join_sink(m, l, p.a.sinks, h);
+        p.out[(t * p.a.n_head + h) * hd + d] = j.sum > 0.0f ? acc * j.scale / j.sum : 0.0f;
     }
     cluster.sync();  // no block leaves while another still reads its state
 #endif
@@ -253,7 +254,8 @@ __device__ void merge_warps(const AttnArgs& p, const WarpState<kE> (&st)[kG], fl
             acc += acc_h[w * hd + d] * f;
         }
         if (active == 1) {
-            p.out[(t * p.a.n_head + h0 + h) * hd + d] = sum > 0.0f ? acc / sum : 0.0f;
+            const SinkJoin j = join_sink(m, sum, p.a.sinks, h0 + h);
+            p.out[(t * p.a.n_head + h0 + h) * hd + d] = j.sum > 0.0f ? acc * j.scale / j.sum : 0.0f;
             continue;
         }
         if (d == 0) split.m = m, split.l = sum;
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, 2) attention_group128_kernel(At
 }
 
 __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t nt, int64_t n_kv,
-                                      int64_t window) {
+                                      int64_t window, const float* sinks) {
     begin_kernel();
     const int64_t t = blockIdx.x, h = blockIdx.y;
     float* row = scores + (h * nt + t) * n_kv;
@@ -329,11 +331,11 @@ __global__ void causal_softmax_kernel(float* scores, const int32_t* pos, int64_t
     for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
     __syncthreads();
-    mx = -INFINITY;
+    mx = sinks ? sinks[h] : -INFINITY;
     for (int w = 0; w < int(blockDim.x / kWarp); ++w) mx = fmaxf(mx, red[w]);
     float sum = 0.0f;
     for (int64_t j = lo + threadIdx.x; j < limit; j += blockDim.x) sum += (row[j] = expf(row[j] - mx));
-    const float inv = 1.0f / block_sum(sum);
+    const float inv = 1.0f / (block_sum(sum) + (sinks ? expf(sinks[h] - mx) : 0.0f));
     for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x)
         row[j] = j >= lo && j < limit ? row[j] * inv : 0.0f;
 }
@@ -364,7 +366,7 @@ __device__ RopeTerm rope_term(int64_t d, int32_t p, const RopeShape& r, const Ro
         const float2 cs = reinterpret_cast<const float2*>(t.cs)[p * half + i];
         c = cs.x, s = cs.y;
     } else {
-        rope_cos_sin(p, i, r.n_rot, r.freq_base, r.freq_scale, c, s);
+        rope_cos_sin(p, i, r, c, s);
     }
     return {partner, c, first ? -s : s};
 }
@@ -375,7 +377,7 @@ __global__ void rope_table_kernel(RopeShape r, int64_t n_pos, float2* cs) {
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n_pos * half;
          k += int64_t(gridDim.x) * blockDim.x) {
         float c, s;
-        rope_cos_sin(int32_t(k / half), k % half, r.n_rot, r.freq_base, r.freq_scale, c, s);
+        rope_cos_sin(int32_t(k / half), k % half, r, c, s);
         cs[k] = make_float2(c, s);
     }
 }
@@ -486,10 +488,10 @@ void attention(const float* q, const KvRegion& r, const KvSlots& at, int64_t nt,
 }
 
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s,
-                    int64_t window) {
+                    int64_t window, const float* sinks) {
     if (nt <= 0 || n_kv <= 0) return;
     launch("causal_softmax kernel", causal_softmax_kernel, dim3(unsigned(nt), unsigned(n_head)), 256, 0, s,
-           scores, pos, nt, n_kv, window);
+           scores, pos, nt, n_kv, window, sinks);
 }
 
 void expand_kv_heads(const KvRegion& r, int64_t n_kv, int64_t n_head, int64_t group, int64_t head_dim,

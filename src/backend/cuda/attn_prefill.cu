@@ -308,7 +308,7 @@ __device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, const B
     const int64_t row0 = t0 + threadIdx.x / kWarp * kWarpRows + lane / kTx;
 #pragma unroll
     for (int r = 0; r < kRm; ++r) {
-        const float l = row_sum(st.l[r]);
+        const SinkJoin j = join_sink(st.m[r], row_sum(st.l[r]), p.a.sinks, h);
         const int64_t t = row0 + kTy * r;
         if (!(keys.rows >> (t - t0) & 1u)) continue;
         float* out = p.out + (t * p.a.n_head + h) * hd;
@@ -316,7 +316,8 @@ __device__ void write_rows(const PrefillArgs& p, const RowState<kC>& st, const B
         for (int c = 0; c < kC; ++c) {
             if (!kExact && 32 * c + 4 * tx >= hd) continue;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) out[32 * c + 4 * tx + e] = l > 0.0f ? st.o[r][c][e] / l : 0.0f;
+            for (int e = 0; e < 4; ++e)
+                out[32 * c + 4 * tx + e] = j.sum > 0.0f ? st.o[r][c][e] * j.scale / j.sum : 0.0f;
         }
     }
 }
@@ -381,9 +382,10 @@ __device__ void merge_splits(const PrefillArgs& p, const float* qs, const float2
             acc.x = fmaf(os[s].x, f, acc.x), acc.y = fmaf(os[s].y, f, acc.y);
             acc.z = fmaf(os[s].z, f, acc.z), acc.w = fmaf(os[s].w, f, acc.w);
         }
+        const SinkJoin j = join_sink(m, l, p.a.sinks, h);
+        const float f = j.sum > 0.0f ? j.scale / j.sum : 0.0f;
         float* out = p.out + (t * p.a.n_head + h) * hd + 4 * c;
-        out[0] = l > 0.0f ? acc.x / l : 0.0f, out[1] = l > 0.0f ? acc.y / l : 0.0f;
-        out[2] = l > 0.0f ? acc.z / l : 0.0f, out[3] = l > 0.0f ? acc.w / l : 0.0f;
+        out[0] = acc.x * f, out[1] = acc.y * f, out[2] = acc.z * f, out[3] = acc.w * f;
     }
     cluster.sync();  // no block leaves while another still reads its state
 #endif

@@ -405,7 +405,7 @@ bool attention_prefill_mma_fills(const AttnShape& a, int64_t nt) {
 }
 
 bool attention_prefill_mma_fits(const AttnShape& a, int64_t nt) {
-    return a.window == 0 && (a.head_dim == 64 || a.head_dim == 128) && a.n_head_kv > 0 &&
+    return a.window == 0 && !a.sinks && (a.head_dim == 64 || a.head_dim == 128) && a.n_head_kv > 0 &&
            a.n_head % a.n_head_kv == 0 && nt > 0 && (nt + kRows - 1) / kRows <= 65535;
 }
 

@@ -10,7 +10,7 @@
 namespace minfer::cuda {
 
 // Whether attention_prefill_mma serves the shape: head_dim 64 or 128, whole GQA groups, no sliding window
-// (attention_prefill serves those).
+// and no sinks (attention_prefill serves those).
 bool attention_prefill_mma_fits(const AttnShape& a, int64_t nt);
 // Whether its grid (a block per 64 rows of a head) has a block for every SM. A smaller grid leaves SMs
 // idle, where attention_prefill splits the keys instead (H200, Qwen2.5-0.5B's 14 heads at 512 rows:

@@ -72,7 +72,7 @@ __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeSh
     for (int64_t k = threadIdx.x; k < r.n_head * half; k += blockDim.x) {
         const int64_t h = k / half, i = k % half;
         float c, s;
-        rope_cos_sin(pos[t], i, r.n_rot, r.freq_base, r.freq_scale, c, s);
+        rope_cos_sin(pos[t], i, r, c, s);
         const int64_t i0 = h * r.head_dim + (r.neox ? i : 2 * i), i1 = i0 + (r.neox ? half : 1);
         const float a = xr[i0], b = xr[i1];
         yr[i0] = a * c - b * s;

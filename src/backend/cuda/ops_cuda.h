@@ -18,6 +18,9 @@ struct RopeShape {
     float freq_base;
     bool neox;                // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
     float freq_scale = 1.0f;  // linear RoPE scaling: positions times this
+    // YaRN (yarn_high > 0): cpu::RopeFreq's blend of the scaled and unscaled frequencies, cos and sin
+    // times yarn_mscale.
+    double yarn_low = 0.0, yarn_high = 0.0, yarn_mscale = 1.0;
 };
 // y = RoPE(x) at positions pos[t] for nt rows of n_head * head_dim (y may alias x).
 void rope(const float* x, float* y, const int32_t* pos, int64_t nt, const RopeShape& r, Stream s);
@@ -76,7 +79,21 @@ struct AttnShape {
     float scale;
     bool one_token_splits = false;  // attention: split every row's keys as one decode row's (invariant)
     int64_t window = 0;  // > 0: a query at position p sees keys p - window + 1 .. p only (sliding window)
+    const float* sinks = nullptr;  // optional [n_head] on the device: each head's sink logit (gpt-oss)
 };
+
+// A softmax state (max m, sum l, unnormalised output acc) with a sink logit joined: the sum gains
+// e^(sink - m') and acc and the sum are rescaled to the new max m' = max(m, sink).
+struct SinkJoin {
+    float scale, sum;  // acc * scale / sum is the output
+};
+#ifdef __CUDACC__
+__device__ inline SinkJoin join_sink(float m, float l, const float* sinks, int64_t h) {
+    if (!sinks) return {1.0f, l};
+    const float mm = fmaxf(m, sinks[h]), r = l > 0.0f ? expf(m - mm) : 0.0f;
+    return {r, l * r + expf(sinks[h] - mm)};
+}
+#endif
 // Which query rows a launch serves: all, or in a paged batch the rows alone in their chunk (a decode
 // token: no neighbouring row of its sequence) or the others (prefill chunks). A batch of both runs the
 // per-row kernel (attention) on the single rows and the query-tiled one (attention_prefill) on the chunks.
@@ -108,7 +125,7 @@ void attention_prefill(const float* q, const KvRegion& r, const KvSlots& at, int
 // scores[h][t][0..n_kv) become causal softmax rows in place, entries past pos[t] set to zero (and, with a
 // window > 0, those before pos[t] - window + 1).
 void causal_softmax(float* scores, const int32_t* pos, int64_t nt, int64_t n_head, int64_t n_kv, Stream s,
-                    int64_t window = 0);
+                    int64_t window = 0, const float* sinks = nullptr);
 
 // The region's first n_kv key and value rows with each KV head repeated for its query heads:
 // k_out[j][h * head_dim + i] = k[j][(h / group) * head_dim + i], likewise v ([n_kv][n_head * head_dim]),

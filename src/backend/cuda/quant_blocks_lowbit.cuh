@@ -44,20 +44,25 @@ constexpr uint32_t table_word(const int8_t (&v)[16], int bias, int k) {
 }
 
 // ggml's kvalues_iq4nl (quants_lowbit.h's kIQ4NLValues) + 128: 1..241.
-constexpr int8_t kIQ4NLLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kIQ4NLLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
 // ggml's kvalues_mxfp4 (kMXFP4Values, the E2M1 values doubled) + 12: 0..24.
 constexpr int8_t kMXFP4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // The biased tables as scalar constants (device code may read constexpr scalars, not arrays).
 struct IQ4Table {
     static constexpr int kBias = 128;
-    static constexpr uint32_t kW0 = table_word(kIQ4NLLevels, kBias, 0), kW1 = table_word(kIQ4NLLevels, kBias, 1),
-                              kW2 = table_word(kIQ4NLLevels, kBias, 2), kW3 = table_word(kIQ4NLLevels, kBias, 3);
+    static constexpr uint32_t kW0 = table_word(kIQ4NLLevels, kBias, 0),
+                              kW1 = table_word(kIQ4NLLevels, kBias, 1),
+                              kW2 = table_word(kIQ4NLLevels, kBias, 2),
+                              kW3 = table_word(kIQ4NLLevels, kBias, 3);
 };
 struct MXFP4Table {
     static constexpr int kBias = 12;
-    static constexpr uint32_t kW0 = table_word(kMXFP4Levels, kBias, 0), kW1 = table_word(kMXFP4Levels, kBias, 1),
-                              kW2 = table_word(kMXFP4Levels, kBias, 2), kW3 = table_word(kMXFP4Levels, kBias, 3);
+    static constexpr uint32_t kW0 = table_word(kMXFP4Levels, kBias, 0),
+                              kW1 = table_word(kMXFP4Levels, kBias, 1),
+                              kW2 = table_word(kMXFP4Levels, kBias, 2),
+                              kW3 = table_word(kMXFP4Levels, kBias, 3);
 };
 static_assert(IQ4Table::kW0 == 0x3F2D1801u && IQ4Table::kW3 == 0xF1D9C5B5u);
 static_assert(MXFP4Table::kW1 == 0x18141210u && MXFP4Table::kW3 == 0x00040608u);
@@ -107,7 +112,8 @@ struct DecQ2K {
         const uint32_t sc = r.sc & 0x0F0F0F0Fu, m = (r.sc >> 4) & 0x0F0F0F0Fu;
         Scales s;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) s.d1[j] = d * byte_minus(sc, j, 0.0f), s.m1[j] = dmin * byte_minus(m, j, 0.0f);
+        for (int j = 0; j < 4; ++j)
+            s.d1[j] = d * byte_minus(sc, j, 0.0f), s.m1[j] = dmin * byte_minus(m, j, 0.0f);
         return s;
     }
     __device__ static int offset(int sub, int g) {
@@ -147,8 +153,8 @@ struct DecQ3K {
         ld_words_a2(b + 32 + 8 * sub, r.qs);
         uint32_t s[3];
         ld_words_a2(b + 96, s);
-        // Sub-block 8h + 2j + p: low 4 bits are nibble h of scales[2j + p]; top 2 bits are bits 4h + 2 (j / 2)
-        // and the next of scales[8 + 2 (j % 2) + p].
+        // Sub-block 8h + 2j + p: low 4 bits are nibble h of scales[2j + p]; top 2 bits are bits 4h + 2 (j /
+        // 2) and the next of scales[8 + 2 (j % 2) + p].
         const uint32_t lo = (__byte_perm(s[0], s[1], p ? 0x7531 : 0x6420) >> (4 * h)) & 0x0F0F0F0Fu;
         const uint32_t top = __byte_perm(s[2], 0, p ? 0x3131 : 0x2020) >> (4 * h);
         const uint32_t hi = (top & 0x00000303u) | ((top >> 2) & 0x03030000u);
@@ -163,7 +169,9 @@ struct DecQ3K {
         for (int j = 0; j < 4; ++j) s.dl[j] = d * byte_minus(r.sc, j, 32.0f);
         return s;
     }
-    __device__ static int offset(int sub, int g) { return DecQ2K::offset(sub, g); }
+    __device__ static int offset(int sub, int g) {
+        return DecQ2K::offset(sub, g);
+    }
     __device__ static uint32_t levels(const Raw& r, int sub, int g) {
         const int j = g / 2;
         const uint32_t lo = (r.qs[g % 2] >> (2 * j)) & 0x03030303u;
