@@ -11,8 +11,9 @@ namespace minfer {
 namespace {
 
 // Texts of end-of-generation tokens used by the chat models we load, besides the eos/eot/eom ids.
-constexpr std::string_view kEogTexts[] = {"<|im_end|>",      "<|endoftext|>", "<|eot_id|>",   "<|eom_id|>",
-                                          "<|end_of_text|>", "<|end|>",       "<end_of_turn>"};
+constexpr std::string_view kEogTexts[] = {"<|im_end|>",    "<|endoftext|>",   "<|eot_id|>",
+                                          "<|eom_id|>",    "<|end_of_text|>", "<|end|>",
+                                          "<end_of_turn>", "<|return|>",      "<|call|>"};
 
 bool is_added(TokenType t) {
     return t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown;
@@ -99,11 +100,18 @@ void Vocab::load_special_ids(const GgufFile& f) {
          {eos_, optional_id("tokenizer.ggml.eot_token_id"), optional_id("tokenizer.ggml.eom_token_id")}) {
         if (id >= 0) eog_[id] = true;
     }
-    for (const std::string_view t : kEogTexts) {
+    const auto control = [&](std::string_view t) {
         const int32_t id = find(t);
-        if (id >= 0 && (types_[id] == TokenType::Control || types_[id] == TokenType::UserDefined))
-            eog_[id] = true;
-    }
+        return id >= 0 && (types_[id] == TokenType::Control || types_[id] == TokenType::UserDefined) ? id
+                                                                                                     : -1;
+    };
+    for (const std::string_view t : kEogTexts)
+        if (const int32_t id = control(t); id >= 0) eog_[id] = true;
+    // gpt-oss's harmony format: <|end|> closes a message (the reasoning's, before the final answer's),
+    // <|return|> the answer and <|call|> a tool call; only those two end generation.
+    if (const int32_t end = control("<|end|>");
+        end >= 0 && control("<|return|>") >= 0 && control("<|call|>") >= 0)
+        eog_[end] = false;
 }
 
 void Vocab::index_added_tokens() {

@@ -147,5 +147,24 @@ TEST_F(SyntheticVocab, UnsupportedModelsAndMissingBytesAreErrors) {
     EXPECT_THROW(build(bad_merge), Error);
 }
 
+// End of generation: <|end|> ends a turn (Phi-3 and others), but in gpt-oss's harmony vocabulary, which also
+// has <|return|> and <|call|>, it only closes a message (the reasoning, before the final answer): there
+// <|return|> and <|call|> end generation and <|end|> does not.
+TEST_F(SyntheticVocab, HarmonyEndsGenerationAtReturnAndCallOnly) {
+    const int32_t kControl = 3;
+    Spec plain;
+    plain.extra = {"<|end|>"};
+    plain.extra_types = {kControl};
+    EXPECT_TRUE(build(plain)->is_eog(256));
+    Spec harmony;
+    harmony.extra = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"};
+    harmony.extra_types = std::vector<int32_t>(harmony.extra.size(), kControl);
+    const auto tok = build(harmony);
+    EXPECT_FALSE(tok->is_eog(256 + 3)) << "<|end|>";
+    EXPECT_TRUE(tok->is_eog(256 + 4)) << "<|return|>";
+    EXPECT_TRUE(tok->is_eog(256 + 5)) << "<|call|>";
+    EXPECT_FALSE(tok->is_eog(256 + 1)) << "<|channel|>";
+}
+
 }  // namespace
 }  // namespace minfer
