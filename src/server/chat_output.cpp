@@ -31,14 +31,6 @@ std::string_view rstrip(std::string_view s) {
     return s;
 }
 
-std::string call_id() {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    static const char* alnum = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    std::string id = "call_";
-    for (int i = 0; i < 24; ++i) id += alnum[rng() % 62];
-    return id;
-}
-
 enum class Match { Yes, Partial, No };
 
 // `lit` at s[i]: Yes (i moved past it), Partial (s ends inside it) or No.
@@ -108,8 +100,21 @@ size_t json_value_end(std::string_view s) {
 
 }  // namespace
 
+std::string make_call_id() {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    static const char* alnum = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) id += alnum[rng() % 62];
+    return id;
+}
+
 ChatSyntax detect_chat_syntax(const std::string& tmpl) {
     ChatSyntax s;
+    if (tmpl.find("<|channel|>") != std::string::npos && tmpl.find("<|message|>") != std::string::npos) {
+        s.tools = ToolSyntax::Harmony;  // gpt-oss: the template renders tools in its own namespace
+        s.native_tools = true;
+        return s;
+    }
     s.think_tags = tmpl.find("<think>") != std::string::npos;
     const bool has_tools = tmpl.find("tools") != std::string::npos;
     s.native_tools = has_tools && tmpl.find("<tool_call>") != std::string::npos;
@@ -135,9 +140,12 @@ void ChatDelta::append(ChatDelta d) {
 ChatOutputParser::ChatOutputParser(const ChatSyntax& syntax, bool parse_tools)
     : syntax_(syntax),
       parse_tools_(parse_tools),
-      state_(syntax.starts_in_reasoning ? State::Reasoning : State::Start) {}
+      state_(syntax.starts_in_reasoning ? State::Reasoning : State::Start) {
+    if (syntax.tools == ToolSyntax::Harmony) harmony_.emplace(parse_tools);
+}
 
 ChatDelta ChatOutputParser::feed(std::string_view text) {
+    if (harmony_) return harmony_->feed(text);
     buf_ += text;
     ChatDelta out;
     while (step(out, false)) {
@@ -146,6 +154,7 @@ ChatDelta ChatOutputParser::feed(std::string_view text) {
 }
 
 ChatDelta ChatOutputParser::finish() {
+    if (harmony_) return harmony_->finish();
     ChatDelta out;
     while (step(out, true)) {
     }
@@ -254,7 +263,7 @@ bool ChatOutputParser::step_call(ChatDelta& out, bool at_end) {
         const Match m =
             call_header(buf_, '"' + std::string(syntax_.arguments_key()) + '"', name, args_start_);
         if (m == Match::Yes) {
-            out.tool_calls.push_back({calls_, call_id(), name, ""});
+            out.tool_calls.push_back({calls_, make_call_id(), name, ""});
             call_streaming_ = true;
             args_sent_ = 0;
         }
@@ -298,7 +307,7 @@ void ChatOutputParser::end_call(ChatDelta& out, std::string_view body, bool clos
         return;
     }
     const nlohmann::json& a = j[key];
-    out.tool_calls.push_back({calls_, call_id(), j["name"].get<std::string>(),
+    out.tool_calls.push_back({calls_, make_call_id(), j["name"].get<std::string>(),
                               a.is_string()
                                   ? a.get<std::string>()
                                   : a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});

@@ -25,7 +25,11 @@ Submitted submit_request(const CompletionContext& ctx, CompletionRequest& r) {
                           "context_length_exceeded");
     r.gen.n_predict = r.max_tokens.value_or(ctx.loop.n_ctx() - int64_t(prompt.size()));
     if (!r.seed_given) r.gen.sampling.seed = std::random_device{}();
-    if (s.prompt.parse_tools && !r.parallel_tool_calls) r.gen.stop.push_back("</tool_call>");  // one call
+    const ToolSyntax syntax = s.prompt.syntax.tools;
+    if (s.prompt.parse_tools && !r.parallel_tool_calls && syntax == ToolSyntax::Hermes)
+        r.gen.stop.push_back("</tool_call>");  // one call (a harmony call ends generation with <|call|>)
+    // Harmony's channels are control tokens: the parser reads them, the client never sees them.
+    if (r.endpoint == Endpoint::Chat && syntax == ToolSyntax::Harmony) r.gen.special = true;
     request_tokens().prompt = int64_t(prompt.size());
     s.job = ctx.loop.submit(prompt, r.gen, r.n, r.logprobs, s.prompt.grammar);
     return s;
@@ -115,12 +119,16 @@ std::string next_chat_events(ChatStream& s, bool& end) {
 
 }  // namespace
 
-void run_chat_streaming(const CompletionContext& ctx, CompletionRequest& r, std::shared_ptr<ChatStreamWriter> w,
-                        httplib::Response& res) {
+void run_chat_streaming(const CompletionContext& ctx, CompletionRequest& r,
+                        std::shared_ptr<ChatStreamWriter> w, httplib::Response& res) {
     Submitted sub = submit_request(ctx, r);
-    auto s = std::make_shared<ChatStream>(
-        ChatStream{sub.job, std::move(w), ChatOutputParser(sub.prompt.syntax, sub.prompt.parse_tools), {}, {},
-                   int64_t(sub.prompt.tokens.size())});
+    auto s =
+        std::make_shared<ChatStream>(ChatStream{sub.job,
+                                                std::move(w),
+                                                ChatOutputParser(sub.prompt.syntax, sub.prompt.parse_tools),
+                                                {},
+                                                {},
+                                                int64_t(sub.prompt.tokens.size())});
     s->pending = s->parser.feed(sub.prompt.forced);
     EngineLoop& loop = ctx.loop;
     res.set_header("Cache-Control", "no-cache");

@@ -222,5 +222,76 @@ TEST(ChatOutput, DetectsTheTemplatesSyntax) {
     EXPECT_TRUE(l.native_tools);
 }
 
+// gpt-oss's harmony format: the channels as the model writes them after the prompt's <|start|>assistant
+// (the final <|return|> or <|call|> ends generation and is not in the text).
+ChatSyntax harmony() {
+    return detect_chat_syntax("{{- '<|start|>system<|message|>' }} ... <|channel|>analysis<|message|>");
+}
+
+const std::vector<std::string>& harmony_answers() {
+    static const std::vector<std::string> a = {
+        "<|channel|>analysis<|message|>User asks 2+2. "
+        "Easy.<|end|><|start|>assistant<|channel|>final<|message|>"
+        "2 + 2 = 4.",
+        "<|channel|>analysis<|message|>Need weather: call the "
+        "tool.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Z\u00fcrich\", \"x\": \"<|\"}",
+        "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant "
+        "to=functions.lookup<|channel|>commentary "
+        "json<|message|>{\"q\": 1}",
+        "<|channel|>commentary<|message|>Let me "
+        "check.<|end|><|start|>assistant<|channel|>final<|message|>Done.",
+        "No channels at all, a < b.",
+        "<|channel|>final<|message|>Only the answer.",
+    };
+    return a;
+}
+
+TEST(Harmony, TemplateWithChannelsIsDetected) {
+    const ChatSyntax s = harmony();
+    EXPECT_EQ(s.tools, ToolSyntax::Harmony);
+    EXPECT_TRUE(s.native_tools);
+    EXPECT_FALSE(s.think_tags);
+}
+
+TEST(Harmony, EverySplitSaysWhatTheWholeSays) {
+    for (const std::string& text : harmony_answers())
+        for (bool tools : {false, true}) {
+            const Said whole = parse(harmony(), tools, text);
+            if (tools) EXPECT_EQ(whole.content.find("<|"), std::string::npos) << text;  // no markers said
+            EXPECT_EQ(whole.reasoning.find("<|"), std::string::npos) << text;
+            for (size_t step = 1; step < 9; ++step)
+                expect_same(parse(harmony(), tools, text, step), whole,
+                            "split every " + std::to_string(step) + " bytes of: " + text);
+        }
+}
+
+TEST(Harmony, ChannelsGoWhereAgentsReadThem) {
+    const Said a = parse(harmony(), false, harmony_answers()[0]);
+    EXPECT_EQ(a.reasoning, "User asks 2+2. Easy.");
+    EXPECT_EQ(a.content, "2 + 2 = 4.");
+    EXPECT_TRUE(a.calls.empty());
+
+    const Said b = parse(harmony(), true, harmony_answers()[1]);
+    EXPECT_EQ(b.reasoning, "Need weather: call the tool.");
+    EXPECT_EQ(b.content, "");
+    ASSERT_EQ(b.calls.size(), 1u);
+    EXPECT_EQ(b.calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(b.calls[0].arguments),
+              nlohmann::json::parse(R"({"city": "Zürich", "x": "<|"})"));
+
+    const Said c = parse(harmony(), true, harmony_answers()[2]);
+    ASSERT_EQ(c.calls.size(), 1u);
+    EXPECT_EQ(c.calls[0].name, "lookup");  // the recipient in the role's header
+    EXPECT_EQ(c.calls[0].arguments, "{\"q\": 1}");
+
+    const Said d = parse(harmony(), true, harmony_answers()[3]);
+    EXPECT_EQ(d.content, "Let me check.Done.");  // a preamble without a recipient is content
+
+    EXPECT_EQ(parse(harmony(), true, harmony_answers()[4]).content, "No channels at all, a < b.");
+    const Said f = parse(harmony(), false, harmony_answers()[1]);
+    EXPECT_TRUE(f.calls.empty()) << "no tools offered: the call's text is content";
+}
+
 }  // namespace
 }  // namespace minfer::server
