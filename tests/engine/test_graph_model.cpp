@@ -286,6 +286,24 @@ TEST(Gemma3, local_and_global_layers_post_norms_and_geglu) {
     EXPECT_EQ(scale, 1);
 }
 
+// Llama-layout files (Mistral) that set attention.sliding_window attend within it in every layer; the
+// others causally.
+TEST(Llama, sliding_window_where_the_file_sets_one) {
+    for (const int64_t window : {int64_t{0}, int64_t{32}}) {
+        const auto m = synth("llama", 2, window);
+        Session s(*m, {64, 2});
+        s.forward(prompt(5, m->hp.n_vocab), 1);
+        int attn = 0;
+        for (const CNode& n : s.graph().nodes) {
+            if (!std::holds_alternative<op::Attn>(n.op)) continue;
+            ++attn;
+            EXPECT_EQ(op_string(n.op),
+                      window ? "Attn { mode: SlidingWindow, window: 32 }" : "Attn { mode: Causal }");
+        }
+        EXPECT_EQ(attn, 2);
+    }
+}
+
 // gpt-oss: the even layers attend within the window, the odd ones to every position, all with sink logits
 // and YaRN RoPE (correction range not rounded); biases on the attention output, the router and the
 // experts; the experts weighted by the softmax of the chosen logits, through the clamped SwiGLU.
