@@ -52,6 +52,7 @@ SynthSpec preset(const std::string& name) {
         {"llama3-70b", {"llama", 80, 8192, 64, 8, 128, 28672, 128256, 8192, false}},
         {"qwen3-30b-a3b", {"qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, false, 128, 8, 768}},
         {"gemma3-12b", {"gemma3", 48, 3840, 16, 8, 256, 15360, 262208, 131072, true, 0, 0, 0, 1024}},
+        {"gpt-oss-20b", {"gpt-oss", 24, 2880, 64, 8, 64, 2880, 201088, 131072, false, 32, 4, 2880, 128}},
     };
     const auto it = presets.find(name);
     if (it == presets.end()) throw minfer::Error("unknown preset " + name);
@@ -64,6 +65,11 @@ SynthSpec preset(const std::string& name) {
     s.tied_output = p.tied;
     s.n_expert = p.n_expert, s.n_expert_used = p.n_expert_used, s.n_ff_exp = p.n_ff_exp;
     s.n_swa = p.n_swa;
+    if (s.arch == "gpt-oss")  // YaRN x32 over 4096 positions, as the released files say
+        s.extra_metadata = {
+            {"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
+            {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}},
+            {"gpt-oss.rope.scaling.original_context_length", GgufValue{GgufValueType::U32, uint64_t(4096)}}};
     return s;
 }
 
@@ -84,6 +90,7 @@ void set_type(SynthSpec& s, const std::string& name) {
         {"Q5_K_M", {GgmlType::Q5_K, GgmlType::Q5_1, q6, q8}},
         {"Q4_K", {GgmlType::Q4_K, GgmlType::Q5_0, {}, {}}},
         {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q5_0, q6, q8}},
+        {"MXFP4", {GgmlType::MXFP4, q8, {}, {}}},
     };
     const auto it = types.find(name);
     if (it == types.end()) throw minfer::Error("unknown type " + name);
@@ -136,9 +143,9 @@ int main(int argc, char** argv) {
     app.add_option(
            "preset", preset_name,
            "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b qwen3-30b-a3b "
-           "gemma3-12b")
+           "gemma3-12b gpt-oss-20b")
         ->required();
-    app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0")->required();
+    app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0 MXFP4")->required();
     app.add_option("out", out, "Output GGUF")->required();
     app.add_option("--vocab", vocab, "Copy the tokenizer.* metadata of this GGUF");
     app.add_option("--seed", seed, "Random seed");
