@@ -74,8 +74,10 @@ ordered chat_message(const json& m, size_t i, std::set<std::string>& call_ids) {
                           "'; expected system, developer, user, assistant or tool");
     ordered out = {{"role", r == "developer" ? "system" : r}, {"content", message_content(m, i)}};
     if (r == "assistant") {
-        for (const char* key : {"reasoning_content", "reasoning"})
-            if (const json* v = field(m, key); v && v->is_string()) out["reasoning_content"] = *v;
+        // Templates read the reasoning as reasoning_content (Qwen3) or thinking (gpt-oss).
+        for (const char* key : {"reasoning_content", "reasoning", "thinking"})
+            if (const json* v = field(m, key); v && v->is_string())
+                out["reasoning_content"] = out["thinking"] = *v;
         if (const json* calls = field(m, "tool_calls"))
             out["tool_calls"] = tool_calls(*calls, name + ".tool_calls", call_ids);
     }

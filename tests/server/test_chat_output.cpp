@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/chat_output.h"
+#include "server/request.h"
 
 namespace minfer::server {
 namespace {
@@ -291,6 +292,22 @@ TEST(Harmony, ChannelsGoWhereAgentsReadThem) {
     EXPECT_EQ(parse(harmony(), true, harmony_answers()[4]).content, "No channels at all, a < b.");
     const Said f = parse(harmony(), false, harmony_answers()[1]);
     EXPECT_TRUE(f.calls.empty()) << "no tools offered: the call's text is content";
+}
+
+// An assistant turn's reasoning, however the client names it, reaches the template both as
+// reasoning_content (Qwen3's templates) and as thinking (gpt-oss's).
+TEST(Harmony, ReasoningReachesTemplatesUnderBothNames) {
+    for (const char* key : {"reasoning_content", "reasoning", "thinking"}) {
+        nlohmann::ordered_json body = {{"messages",
+                                        {{{"role", "user"}, {"content", "Hi"}},
+                                         {{"role", "assistant"}, {"content", nullptr}, {key, "Greet back."}},
+                                         {{"role", "user"}, {"content", "Again"}}}}};
+        const CompletionRequest r = parse_completion_request(body.dump(), Endpoint::Chat, ParseLimits{});
+        const auto& m = r.messages[1];
+        EXPECT_EQ(m["reasoning_content"], "Greet back.") << key;
+        EXPECT_EQ(m["thinking"], "Greet back.") << key;
+        EXPECT_EQ(m["content"], "") << "a null content renders as empty text";
+    }
 }
 
 }  // namespace
