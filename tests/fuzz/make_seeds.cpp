@@ -55,13 +55,18 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
 
 void gguf_seeds(const std::filesystem::path& dir) {
     int i = 0;
-    for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+    for (const std::string arch : {"qwen2", "qwen3", "llama", "qwen3moe", "gemma3", "gpt-oss"}) {
         for (bool bpe : {false, true}) {
             SynthSpec s;
             s.arch = arch;
             s.n_layer = 1;
             s.n_embd = 8, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 4, s.n_ff = 16, s.n_vocab = 32;
+            s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 8;
+            s.n_swa = arch == "gemma3" || arch == "gpt-oss" ? 2 : 0;  // their sliding-window keys
             s.extra_metadata = vocab(s.n_vocab, bpe);
+            if (arch == "gpt-oss")
+                s.extra_metadata.emplace_back("gpt-oss.rope.scaling.type",
+                                              GgufValue{GgufValueType::STRING, std::string("yarn")});
             write_synth_model(s, (dir / ("model-" + std::to_string(i++) + ".gguf")).string());
         }
     }
