@@ -206,43 +206,11 @@ void quant_block32_min(const float* x, void* dst, int64_t n) {
     }
 }
 
-// Q4_K/Q5_K scales: sub-block j gets the grid [-m1_j, -m1_j + nmax * d1_j] covering [min(0, lo_j), hi_j],
-// with m1_j = dmin * m_j and d1_j = d * sc_j (6-bit m_j, sc_j).
-struct KGrid {
-    uint16_t d, dmin;
-    int sc[8], m[8];
-    float d1[8], m1[8];
-};
-
-KGrid choose_k_grid(const float* x, int nmax) {
-    KGrid g;
-    float lo[8], hi[8], need[8];
-    float max_min = 0.0f, max_need = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-        lo[j] = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
-        hi[j] = *std::max_element(x + 32 * j, x + 32 * j + 32);
-        max_min = std::max(max_min, -lo[j]);
-    }
-    g.dmin = fp16_ceil(max_min / 63.0f);
-    const float dmin = fp16_to_f32(g.dmin);
-    for (int j = 0; j < 8; ++j) {
-        g.m[j] = dmin > 0.0f ? std::min(63, int(std::ceil(-lo[j] / dmin))) : 0;
-        g.m1[j] = dmin * float(g.m[j]);
-        need[j] = (hi[j] + g.m1[j]) / float(nmax);
-        max_need = std::max(max_need, need[j]);
-    }
-    g.d = fp16_ceil(max_need / 63.0f);
-    const float d = fp16_to_f32(g.d);
-    for (int j = 0; j < 8; ++j) {
-        g.sc[j] = d > 0.0f ? std::min(63, int(std::ceil(need[j] / d))) : 0;
-        g.d1[j] = d * float(g.sc[j]);
-    }
-    return g;
-}
+using Q45KGrid = quants::KGrid<8, 32, 63>;  // Q4_K/Q5_K: 8 sub-blocks of 32, 6-bit scales and mins
 
 // Inverse of k_scale_min: 6-bit values of sub-blocks 0..3 whole in bytes 0..7, sub-blocks 4..7 split
 // into low nibbles (bytes 8..11) and top 2 bits (top of bytes 0..7).
-void pack_k_scales(const KGrid& g, uint8_t* s) {
+void pack_k_scales(const Q45KGrid& g, uint8_t* s) {
     for (int j = 0; j < 4; ++j) {
         s[j] = uint8_t(g.sc[j] | ((g.sc[j + 4] >> 4) << 6));
         s[j + 4] = uint8_t(g.m[j] | ((g.m[j + 4] >> 4) << 6));
@@ -256,7 +224,7 @@ void quant_k_type1(const float* x, void* dst, int64_t n) {
     constexpr int kMax = kQ5 ? 31 : 15;
     auto* b = static_cast<Block*>(dst);
     for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
-        const KGrid g = choose_k_grid(x, kMax);
+        const Q45KGrid g = quants::choose_k_grid<8, 32, 63>(x, kMax);
         b[i].d = g.d;
         b[i].dmin = g.dmin;
         pack_k_scales(g, b[i].scales);

@@ -75,29 +75,14 @@ void put_2bit(uint8_t* qs, int e, int q) {
 // Q2_K: as Q4_K's grid (quants.cpp) with 16 sub-blocks and 4-bit sc_k, m_k: dmin * m_k >= -min(0, lo_k),
 // then d * sc_k >= (hi_k + dmin * m_k) / 3.
 void quant_q2_k_block(const float* x, BlockQ2K& b) {
-    float lo[16], hi[16], need[16], m1[16], max_min = 0.0f, max_need = 0.0f;
-    for (int k = 0; k < 16; ++k) {
-        lo[k] = std::min(0.0f, *std::min_element(x + 16 * k, x + 16 * k + 16));
-        hi[k] = *std::max_element(x + 16 * k, x + 16 * k + 16);
-        max_min = std::max(max_min, -lo[k]);
-    }
-    b.dmin = fp16_ceil(max_min / 15.0f);
-    const float dmin = fp16_to_f32(b.dmin);
-    int m[16];
-    for (int k = 0; k < 16; ++k) {
-        m[k] = dmin > 0.0f ? std::min(15, int(std::ceil(-lo[k] / dmin))) : 0;
-        m1[k] = dmin * float(m[k]);
-        need[k] = (hi[k] + m1[k]) / 3.0f;
-        max_need = std::max(max_need, need[k]);
-    }
-    b.d = fp16_ceil(max_need / 15.0f);
-    const float d = fp16_to_f32(b.d);
+    const auto g = choose_k_grid<16, 16, 15>(x, 3);  // 16 sub-blocks of 16, 4-bit scales and mins
+    b.d = g.d;
+    b.dmin = g.dmin;
     std::memset(b.qs, 0, sizeof b.qs);
     for (int k = 0; k < 16; ++k) {
-        const int sc = d > 0.0f ? std::min(15, int(std::ceil(need[k] / d))) : 0;
-        b.scales[k] = uint8_t(sc | (m[k] << 4));
+        b.scales[k] = uint8_t(g.sc[k] | (g.m[k] << 4));
         for (int l = 0; l < 16; ++l)
-            put_2bit(b.qs, 16 * k + l, level(x[16 * k + l] + m1[k], d * float(sc), 0, 3));
+            put_2bit(b.qs, 16 * k + l, level(x[16 * k + l] + g.m1[k], g.d1[k], 0, 3));
     }
 }
 

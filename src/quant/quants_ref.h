@@ -48,4 +48,42 @@ inline int level(float x, float d, int lo, int hi) {
     return std::clamp(int(std::nearbyint(x / d)), lo, hi);
 }
 
+// The scales of a "type 1" K-quant block (Q2_K, Q4_K, Q5_K) of S sub-blocks of L elements: sub-block j
+// gets the grid [-m1_j, -m1_j + nmax * d1_j] covering [min(0, lo_j), hi_j], with m1_j = dmin * m_j and
+// d1_j = d * sc_j, the integer scales m_j, sc_j at most M (Q4_K/Q5_K: 8 of 32, 6-bit; Q2_K: 16 of 16,
+// 4-bit). d and dmin are rounded up so that every sub-block's grid reaches.
+template <int S, int L, int M>
+struct KGrid {
+    uint16_t d, dmin;
+    int sc[S], m[S];
+    float d1[S], m1[S];
+};
+
+template <int S, int L, int M>
+KGrid<S, L, M> choose_k_grid(const float* x, int nmax) {
+    KGrid<S, L, M> g;
+    float lo[S], hi[S], need[S];
+    float max_min = 0.0f, max_need = 0.0f;
+    for (int j = 0; j < S; ++j) {
+        lo[j] = std::min(0.0f, *std::min_element(x + L * j, x + L * j + L));
+        hi[j] = *std::max_element(x + L * j, x + L * j + L);
+        max_min = std::max(max_min, -lo[j]);
+    }
+    g.dmin = fp16_ceil(max_min / float(M));
+    const float dmin = fp16_to_f32(g.dmin);
+    for (int j = 0; j < S; ++j) {
+        g.m[j] = dmin > 0.0f ? std::min(M, int(std::ceil(-lo[j] / dmin))) : 0;
+        g.m1[j] = dmin * float(g.m[j]);
+        need[j] = (hi[j] + g.m1[j]) / float(nmax);
+        max_need = std::max(max_need, need[j]);
+    }
+    g.d = fp16_ceil(max_need / float(M));
+    const float d = fp16_to_f32(g.d);
+    for (int j = 0; j < S; ++j) {
+        g.sc[j] = d > 0.0f ? std::min(M, int(std::ceil(need[j] / d))) : 0;
+        g.d1[j] = d * float(g.sc[j]);
+    }
+    return g;
+}
+
 }  // namespace minfer::quants
