@@ -170,7 +170,9 @@ void tool_choice(const json& body, CompletionRequest& r) {
         throw bad_request("'tool_choice' asks for a tool call but 'tools' is empty");
 }
 
-// enable_thinking (as vLLM and llama-server take it) and chat_template_kwargs: the template's variables.
+// enable_thinking (as vLLM and llama-server take it), reasoning_effort (OpenAI's: gpt-oss's template
+// reads it; "none" turns a thinking template's reasoning off, any other effort on) and
+// chat_template_kwargs: the template's variables.
 ordered template_kwargs(const json& body) {
     ordered out = ordered::object();
     if (const json* k = field(body, "chat_template_kwargs")) {
@@ -184,6 +186,14 @@ ordered template_kwargs(const json& body) {
     if (const json* e = field(body, "enable_thinking")) {
         if (!e->is_boolean()) throw wrong_type("enable_thinking", "a boolean", *e);
         out["enable_thinking"] = *e;
+    }
+    if (const json* e = field(body, "reasoning_effort")) {
+        static const std::set<std::string> efforts = {"none", "minimal", "low", "medium", "high"};
+        if (!e->is_string() || !efforts.count(e->get<std::string>()))
+            throw bad_request("'reasoning_effort' must be none, minimal, low, medium or high, not " +
+                              e->dump());
+        out["reasoning_effort"] = *e;
+        if (!out.contains("enable_thinking")) out["enable_thinking"] = *e != "none";
     }
     return out;
 }

@@ -164,8 +164,8 @@ ordered chat_response_format(const ordered& text) {
     return {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
 }
 
-// reasoning.effort "none" turns a thinking template's reasoning off, any other effort on; absent, the
-// template decides.
+// reasoning.effort as the chat request's reasoning_effort: "none" turns a thinking template's reasoning
+// off, any other effort on, and gpt-oss's template reads the effort itself; absent, the template decides.
 void chat_reasoning(const ordered& body, ordered& chat) {
     const ordered* r = field(body, "reasoning");
     if (!r) return;
@@ -176,7 +176,7 @@ void chat_reasoning(const ordered& body, ordered& chat) {
     if (!effort->is_string() || !efforts.count(effort->get<std::string>()))
         throw bad_request("'reasoning.effort' must be none, minimal, low, medium or high, not " +
                           effort->dump());
-    chat["enable_thinking"] = *effort != "none";
+    chat["reasoning_effort"] = *effort;
 }
 
 // The request as a chat body. minfer keeps no responses, so none can be continued.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "server/api_error.h"
 #include "server/chat_output.h"
 #include "server/request.h"
 
@@ -308,6 +309,21 @@ TEST(Harmony, ReasoningReachesTemplatesUnderBothNames) {
         EXPECT_EQ(m["thinking"], "Greet back.") << key;
         EXPECT_EQ(m["content"], "") << "a null content renders as empty text";
     }
+}
+
+// OpenAI's reasoning_effort reaches the template as reasoning_effort (gpt-oss reads it) and turns a
+// thinking template's reasoning on or off ("none"); anything else is a 400.
+TEST(Harmony, ReasoningEffortIsATemplateVariable) {
+    const auto kwargs = [](const nlohmann::ordered_json& effort) {
+        const nlohmann::ordered_json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                             {"reasoning_effort", effort}};
+        return parse_completion_request(body.dump(), Endpoint::Chat, ParseLimits{}).template_kwargs;
+    };
+    EXPECT_EQ(kwargs("high")["reasoning_effort"], "high");
+    EXPECT_EQ(kwargs("high")["enable_thinking"], true);
+    EXPECT_EQ(kwargs("none")["enable_thinking"], false);
+    EXPECT_THROW(kwargs("extreme"), ApiError);
+    EXPECT_THROW(kwargs(3), ApiError);
 }
 
 }  // namespace
