@@ -1,5 +1,6 @@
 #include "backend/cpu/moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

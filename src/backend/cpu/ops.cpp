@@ -16,6 +16,19 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     rms_norm_ref(x, w, y, n, eps);
 }
 
+void RopeFreq::cos_sin(int32_t pos, int64_t i, int64_t n_rot, float& c, float& s) const {
+    const double extrap = std::pow(double(base), -2.0 * double(i) / double(n_rot));
+    double theta = double(pos) * double(scale) * extrap, m = 1.0;
+    if (yarn_high > 0.0) {
+        const double span = yarn_high > yarn_low ? yarn_high - yarn_low : 0.001;
+        const double keep = 1.0 - std::clamp((double(i) - yarn_low) / span, 0.0, 1.0);
+        theta = double(pos) * (extrap * double(scale) * (1.0 - keep) + extrap * keep);
+        m = mscale;
+    }
+    c = float(std::cos(theta) * m);
+    s = float(std::sin(theta) * m);
+}
+
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int32_t pos, const RopeFreq& f,
           bool neox) {
     // One angle per pair, shared by all heads; cos/sin in double, the rotation itself in float.

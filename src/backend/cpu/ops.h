@@ -2,8 +2,6 @@
 // Each kernel works on one row (or one token) so the backend can split rows across threads;
 // scalar reference twins live in ops_ref.h and back the randomized op-vs-reference tests.
 #pragma once
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 namespace minfer::cpu {
@@ -16,18 +14,7 @@ struct RopeFreq {
     float scale = 1.0f;
     double yarn_low = 0.0, yarn_high = 0.0, mscale = 1.0;
 
-    void cos_sin(int32_t pos, int64_t i, int64_t n_rot, float& c, float& s) const {
-        const double extrap = std::pow(double(base), -2.0 * double(i) / double(n_rot));
-        double theta = double(pos) * double(scale) * extrap, m = 1.0;
-        if (yarn_high > 0.0) {
-            const double span = yarn_high > yarn_low ? yarn_high - yarn_low : 0.001;
-            const double keep = 1.0 - std::clamp((double(i) - yarn_low) / span, 0.0, 1.0);
-            theta = double(pos) * (extrap * double(scale) * (1.0 - keep) + extrap * keep);
-            m = mscale;
-        }
-        c = float(std::cos(theta) * m);
-        s = float(std::sin(theta) * m);
-    }
+    void cos_sin(int32_t pos, int64_t i, int64_t n_rot, float& c, float& s) const;  // pair i at pos
 };
 
 // y = x / sqrt(mean(x^2) + eps) * w, one row of n.

@@ -1,5 +1,6 @@
 #include "backend/cpu/ops_ref.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

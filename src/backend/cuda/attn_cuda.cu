@@ -23,6 +23,7 @@
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/sinks.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {

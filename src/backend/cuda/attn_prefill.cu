@@ -43,6 +43,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops_cuda.h"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/sinks.cuh"
 #include "util/error.h"
 
 namespace minfer::cuda {

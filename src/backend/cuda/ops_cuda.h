@@ -82,18 +82,6 @@ struct AttnShape {
     const float* sinks = nullptr;  // optional [n_head] on the device: each head's sink logit (gpt-oss)
 };
 
-// A softmax state (max m, sum l, unnormalised output acc) with a sink logit joined: the sum gains
-// e^(sink - m') and acc and the sum are rescaled to the new max m' = max(m, sink).
-struct SinkJoin {
-    float scale, sum;  // acc * scale / sum is the output
-};
-#ifdef __CUDACC__
-__device__ inline SinkJoin join_sink(float m, float l, const float* sinks, int64_t h) {
-    if (!sinks) return {1.0f, l};
-    const float mm = fmaxf(m, sinks[h]), r = l > 0.0f ? expf(m - mm) : 0.0f;
-    return {r, l * r + expf(sinks[h] - mm)};
-}
-#endif
 // Which query rows a launch serves: all, or in a paged batch the rows alone in their chunk (a decode
 // token: no neighbouring row of its sequence) or the others (prefill chunks). A batch of both runs the
 // per-row kernel (attention) on the single rows and the query-tiled one (attention_prefill) on the chunks.
