@@ -212,6 +212,48 @@ TEST(Hardening, UnsupportedTypeOrExpertKeysFailAtLoadNamingThem) {
     expect_load_error(moe, {"qwen3moe.expert_used_count", "is 9"});
 }
 
+// The new architectures' keys and tensors: a window or a YaRN factor out of range, or a wrongly typed
+// scaling type, fail naming the key; a missing Gemma post-norm or gpt-oss sink tensor names the tensor.
+TEST(Hardening, WindowYarnAndArchitectureTensorsFailAtLoadNamingThem) {
+    SynthSpec gemma = with_key("gemma3.attention.sliding_window", GgufValue{GgufValueType::I32, int64_t(-4)});
+    gemma.arch = "gemma3";
+    expect_load_error(gemma, {"gemma3.attention.sliding_window", "is -4"});
+    SynthSpec oss;
+    oss.arch = "gpt-oss";
+    oss.extra_metadata = {
+        {"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
+        {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, -2.0}}};
+    expect_load_error(oss, {"gpt-oss.rope.scaling.factor", "positive"});
+    SynthSpec typed = with_key("qwen2.rope.scaling.type", GgufValue{GgufValueType::U32, uint64_t(2)});
+    expect_load_error(typed, {"qwen2.rope.scaling.type"});
+    // The same files without one architecture tensor: the loader names what is missing.
+    for (const auto& [arch, tensor] :
+         {std::pair{"gemma3", "blk.1.post_ffw_norm.weight"}, std::pair{"gpt-oss", "blk.0.attn_sinks.weight"},
+          std::pair{"gpt-oss", "blk.1.ffn_down_exps.bias"}}) {
+        test::TempDir tmp;
+        SynthSpec spec;
+        spec.arch = arch;
+        const std::string path = tmp.file("cut.gguf");
+        write_synth_model(spec, path);
+        std::string bytes;
+        {
+            std::ifstream in(path, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        const size_t at = bytes.find(tensor);
+        ASSERT_NE(at, std::string::npos) << tensor;
+        bytes[at] = 'X';  // the tensor is now "Xlk.N...."
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+        try {
+            Model::load(path);
+            ADD_FAILURE() << arch << " loaded without " << tensor;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("missing tensor '") + tensor), std::string::npos)
+                << e.what();
+        }
+    }
+}
+
 // Session::prepare does the first pass's set-up (its graph, the KV cache's memory) beforehand, so that
 // the pass itself, which `run` times for its prompt rate, builds and allocates nothing.
 TEST(Hardening, PrepareTakesTheFirstPassSetUp) {
