@@ -26,6 +26,15 @@ constexpr const char* kQwen2Regex =
 constexpr const char* kTekkenRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// OpenAI's o200k (GPT-4o; o200k_harmony of gpt-oss): tiktoken's o200k_base pat_str
+// (tiktoken_ext/openai_public.py), which llama.cpp keeps as the "original regex from tokenizer.json" of
+// LLAMA_VOCAB_PRE_TYPE_GPT4O. It is tekken's letter runs with an optional contraction after each
+// ("HELLO'S", "John's" stay whole), digits in runs of up to 3, and punctuation runs that keep trailing
+// newlines and slashes. llama.cpp runs an approximation: [^a-z] and [^A-Z] over \p{L} (every non-ASCII
+// letter counts as both cases, combining marks leave letter runs) and ASCII-only contraction cases.
+constexpr const char* kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 std::string pcre2_message(int code) {
     PCRE2_UCHAR buf[256];
     if (pcre2_get_error_message(code, buf, sizeof(buf)) < 0) return "error " + std::to_string(code);
@@ -55,11 +64,16 @@ PreTokenizer::PreTokenizer(std::string_view name, const std::string& file)
     } else if (name == "tekken") {  // no normalizer; tiktoken looks a whole piece up before merging
         pattern = kTekkenRegex;
         ignore_merges_ = true;
+    } else if (name == "gpt-4o") {
+        // No normalizer (tiktoken has none; llama.cpp applies none for GPT4O). tiktoken's encoder looks a
+        // whole piece up in the ranks before merging (llama.cpp does not set ignore_merges for "gpt-4o").
+        pattern = kGpt4oRegex;
+        ignore_merges_ = true;
     } else if (name == "gpt-2" || name == "default") {
         pattern = kGpt2Regex;
     } else {
         throw Error(file + ": unsupported pre-tokenizer tokenizer.ggml.pre = '" + std::string(name) +
-                    "' (supported: qwen2, llama-bpe, tekken, gpt-2, default)");
+                    "' (supported: qwen2, llama-bpe, tekken, gpt-4o, gpt-2, default)");
     }
     int err = 0;
     PCRE2_SIZE err_offset = 0;

@@ -20,7 +20,8 @@ class PreTokenizer {
 
     // Whether the vocabulary's HF tokenizer normalises text to NFC first (Qwen2).
     bool nfc() const { return nfc_; }
-    // Whether a piece found whole in the vocabulary skips merging (HF's ignore_merges; Llama 3, tekken).
+    // Whether a piece found whole in the vocabulary skips merging (HF's ignore_merges; Llama 3, tekken,
+    // gpt-4o).
     bool ignore_merges() const { return ignore_merges_; }
 
     // Splits valid UTF-8 `text` into pieces covering it entirely: the regex matches and any gaps between.
