@@ -82,7 +82,6 @@ struct Kv {
     int64_t n_embd, n_ctx;  // region shape [n_embd, n_ctx]
     Paging paging;
     GgmlType type = GgmlType::F32;  // element type of the rows: F32, F16 or Q8_0
-    int64_t window = 0;  // a sliding-window layer's window: older rows are never read again; 0 = all are
     bool operator==(const Kv&) const = default;
 };
 struct FusedQkv {  // the three projections and everything their epilogue needs

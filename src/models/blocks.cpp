@@ -25,8 +25,8 @@ meta::Paging paging(const GraphParams& p) {
     return {p.cparams.block(), p.cparams.max_blocks()};
 }
 
-meta::Kv kv_meta(const Model& m, const GraphParams& p, const AttnOptions& o) {
-    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type, o.window};
+meta::Kv kv_meta(const Model& m, const GraphParams& p) {
+    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type};
 }
 
 meta::Rope rope_meta(const Hparams& hp, int64_t n_head, const AttnOptions& o) {
@@ -45,7 +45,7 @@ meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const Graph
                           rope_meta(hp, hp.n_head, o),
                           hp.n_head_kv,
                           hp.rope_style,
-                          kv_meta(m, p, o)};
+                          kv_meta(m, p)};
 }
 
 // The unfused chain: three matmuls (bias inline), optional per-head norms, RoPE on Q and K, K/V store.
@@ -62,7 +62,7 @@ NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const Grap
     }
     q = b.rope(q, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head, o));
     k = b.rope(k, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head_kv, o));
-    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p, o));  // [n_kv_embd, n_ctx]
+    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p));  // [n_kv_embd, n_ctx]
     return q;
 }
 
@@ -115,7 +115,7 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     } else {
         q = project_qkv(b, m, il, x, in, p, o);
     }
-    const NodeId kv = b.kvcache_load(il, kv_meta(m, p, o));  // [n_kv_embd, n_ctx] view of the region
+    const NodeId kv = b.kvcache_load(il, kv_meta(m, p));  // [n_kv_embd, n_ctx] view of the region
     const meta::Attn am{il,      hp.n_head, hp.n_head_kv,      hp.head_dim, hp.head_dim, hp.n_kv_embd(),
                         o.scale, paging(p), p.cparams.kv_type, l.attn_sinks};
     return b.attn(q, kv, in.kv, am, o.window);  // [n_q_embd, nt]
