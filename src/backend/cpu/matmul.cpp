@@ -67,7 +67,6 @@ void tiled_rows(const MatmulArgs& a, const float* xp, const avx2::PanelMicroFn* 
 }
 
 using QuantizeFn = void (*)(const float*, void*, int64_t);
-using VecDotFn = float (*)(const void*, const void*, int64_t);
 
 // Decode (one activation row) for types with integer dots: x quantized once into the calling thread's
 // buffer (it only grows, so decode steps after the first allocate nothing), then rows [o0, o1) of W
@@ -95,30 +94,10 @@ const float* pack_activations(const float* x, int64_t nt, int64_t n_in, ThreadPo
     return xp;
 }
 
-// Rows per chunk that a thread of the row-wise paths claims at a time (ThreadPool::parallel_for_stealing):
-// about kChunkBytes of weights, long enough to keep the hardware prefetcher streaming.
-constexpr size_t kChunkBytes = 32 << 10;
-
+// Rows per chunk that a thread of the row-wise paths claims at a time: kDotChunkBytes of weights.
 int64_t chunk_rows(const MatmulArgs& a) {
-    return std::max<int64_t>(1, int64_t(kChunkBytes / a.row_bytes));
+    return std::max<int64_t>(1, int64_t(kDotChunkBytes / a.row_bytes));
 }
-
-void int_rows(const MatmulArgs& a, VecDotFn dot, const uint8_t* xq, int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-        a.y[o] = dot(a.w + size_t(o) * a.row_bytes, xq, a.n_in) + (a.bias ? a.bias[o] : 0.0f);
-}
-
-using ColsFn = void (*)(const void*, const void*, size_t, int64_t, int, float*);
-
-// The invariant integer path's activations: nt rows quantized once, `stride` bytes apart, and the dot
-// that decode (nt == 1) runs on them: cols (vec_dot_x2_cols, the same bits per column) for int8x2, dot
-// per column for int8 (cols null).
-struct IntCols {
-    const uint8_t* xq;
-    size_t stride;
-    VecDotFn dot;
-    ColsFn cols;
-};
 
 // Each column quantized on its own (columns split between the threads) into the calling thread's
 // grow-only buffer.
@@ -133,23 +112,30 @@ const uint8_t* quantize_columns(QuantizeFn quantize, size_t bytes, const float* 
     return xq;
 }
 
+// One column: rows [o0, o1) dotted with it.
+void int_rows(const IntDot& d, const IntDotProduct& p, size_t row_bytes, int64_t o0, int64_t o1) {
+    const auto* w = static_cast<const uint8_t*>(p.w);
+    for (int64_t o = o0; o < o1; ++o)
+        p.y[o] = d.dot(w + size_t(o) * row_bytes, p.xq, p.n_in) + (p.bias ? p.bias[o] : 0.0f);
+}
+
 // Rows [o0, o1) against every column, kX2MaxCols columns per kernel call. Column groups outer: the
 // chunk's weight rows come from memory for the first group and from L2 for the others, while each
 // group's activations stay in cache across the chunk (row-outer would stream all nt activation rows
 // once per weight row). The order changes no bits: each (row, column) is one dot of its own.
-void int_rows_cols(const MatmulArgs& a, const IntCols& c, int64_t o0, int64_t o1) {
+void int_rows_cols(const IntDot& d, const IntDotProduct& p, size_t row_bytes, int64_t o0, int64_t o1) {
     float out[kX2MaxCols];
-    for (int64_t t0 = 0; t0 < a.nt; t0 += kX2MaxCols) {
-        const int nc = int(std::min<int64_t>(kX2MaxCols, a.nt - t0));
-        const uint8_t* xg = c.xq + size_t(t0) * c.stride;
+    for (int64_t t0 = 0; t0 < p.nt; t0 += kX2MaxCols) {
+        const int nc = int(std::min<int64_t>(kX2MaxCols, p.nt - t0));
+        const uint8_t* xg = p.xq + size_t(t0) * p.stride;
         for (int64_t o = o0; o < o1; ++o) {
-            const uint8_t* row = a.w + size_t(o) * a.row_bytes;
-            if (c.cols)
-                c.cols(row, xg, c.stride, a.n_in, nc, out);
+            const uint8_t* row = static_cast<const uint8_t*>(p.w) + size_t(o) * row_bytes;
+            if (d.cols)
+                d.cols(row, xg, p.stride, p.n_in, nc, out);
             else
-                for (int k = 0; k < nc; ++k) out[k] = c.dot(row, xg + size_t(k) * c.stride, a.n_in);
-            const float b = a.bias ? a.bias[o] : 0.0f;
-            for (int k = 0; k < nc; ++k) a.y[(t0 + k) * a.n_out + o] = out[k] + b;
+                for (int k = 0; k < nc; ++k) out[k] = d.dot(row, xg + size_t(k) * p.stride, p.n_in);
+            const float b = p.bias ? p.bias[o] : 0.0f;
+            for (int k = 0; k < nc; ++k) p.y[(t0 + k) * p.n_out + o] = out[k] + b;
         }
     }
 }
@@ -160,21 +146,14 @@ constexpr size_t kColsChunkBytes = 128 << 10;
 
 // The integer dots (int8: quantize_act + vec_dot_q8, int8x2: quantize_x2 + vec_dot_x2): decode, and with
 // `invariant` every nt, each column exactly as decode computes it.
-void int_matmul(const MatmulArgs& a, bool int8, ThreadPool& pool) {
-    const QuantTraits& q = a.q;
-    const QuantizeFn quantize = int8 ? q.quantize_act : q.quantize_x2;
-    const size_t bytes = int8 ? act_row_bytes(q, a.n_in) : act_x2_row_bytes(a.n_in);
-    const VecDotFn dot = int8 ? q.vec_dot_q8 : q.vec_dot_x2;
-    if (a.nt == 1) {
-        const uint8_t* xq = quantize_activation(quantize, bytes, a.x, a.n_in);
-        pool.parallel_for_stealing(a.n_out, chunk_rows(a),
-                                   [&](int64_t o0, int64_t o1) { int_rows(a, dot, xq, o0, o1); });
-        return;
-    }
-    const IntCols c{quantize_columns(quantize, bytes, a.x, a.nt, a.n_in, pool), bytes, dot,
-                    int8 ? nullptr : q.vec_dot_x2_cols};
-    const int64_t rows = std::max<int64_t>(1, int64_t(kColsChunkBytes / a.row_bytes));
-    pool.parallel_for_stealing(a.n_out, rows, [&](int64_t o0, int64_t o1) { int_rows_cols(a, c, o0, o1); });
+void int_matmul(const MatmulArgs& a, DecodeDot decode, ThreadPool& pool) {
+    const IntDot d = int_dot(a.q, decode, a.n_in);
+    const uint8_t* xq = a.nt == 1 ? quantize_activation(d.quantize, d.bytes, a.x, a.n_in)
+                                  : quantize_columns(d.quantize, d.bytes, a.x, a.nt, a.n_in, pool);
+    const IntDotProduct p{&a.q, a.w, a.n_in, a.n_out, xq, d.bytes, a.nt, a.y, a.bias};
+    const size_t chunk = a.nt == 1 ? kDotChunkBytes : kColsChunkBytes;
+    pool.parallel_for_stealing(a.n_out, std::max<int64_t>(1, int64_t(chunk / a.row_bytes)),
+                               [&](int64_t o0, int64_t o1) { int_dot_rows(d, p, o0, o1); });
 }
 
 // Many tokens in f32: x packed once, then 16-row weight panels dequantized and run against every token
@@ -199,6 +178,19 @@ bool int16_gemm_runs(const QuantTraits& q, DecodeDot decode) {
     return decode != DecodeDot::F32 && q.to_levels && quants_use_avx512();
 }
 
+// matmul's arithmetic for nt columns of q (matmul.h): the int16 GEMM (gemv or GEMM), the integer dots,
+// the f32 tiles, or the f32 quant dot.
+enum class Path { Int16, IntDots, Tiles, Dots };
+
+Path matmul_path(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant) {
+    const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
+               x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
+    if (int16_gemm_runs(q, decode) && (invariant ? x2 : nt > 1)) return Path::Int16;
+    if ((nt <= int_dot_max_tokens(q, decode) || invariant) && (int8 || x2)) return Path::IntDots;
+    if ((nt > 1 || invariant) && cpu_has_avx2()) return Path::Tiles;
+    return Path::Dots;
+}
+
 }  // namespace
 
 int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode) {
@@ -207,6 +199,24 @@ int64_t int_dot_max_tokens(const QuantTraits& q, DecodeDot decode) {
 
 int64_t gemv_max_tokens(const QuantTraits& q) {
     return q.block_size == 32 ? kGemvMaxTokens32 : kGemvMaxTokensK;  // 32-element formats, else K-quants
+}
+
+bool int_dots_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant) {
+    return matmul_path(q, nt, decode, invariant) == Path::IntDots;
+}
+
+IntDot int_dot(const QuantTraits& q, DecodeDot decode, int64_t n_in) {
+    if (decode == DecodeDot::Int8 && q.vec_dot_q8)
+        return {q.quantize_act, act_row_bytes(q, n_in), q.vec_dot_q8, nullptr};
+    return {q.quantize_x2, act_x2_row_bytes(n_in), q.vec_dot_x2, q.vec_dot_x2_cols};
+}
+
+void int_dot_rows(const IntDot& d, const IntDotProduct& p, int64_t o0, int64_t o1) {
+    const size_t row_bytes = quant_row_bytes(*p.q, p.n_in);
+    if (p.nt == 1)
+        int_rows(d, p, row_bytes, o0, o1);
+    else
+        int_rows_cols(d, p, row_bytes, o0, o1);
 }
 
 // With `invariant`, the types the int16 GEMM takes run its arithmetic for every nt (gemv for a few
@@ -220,18 +230,17 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
     check_row_length(q, n_in);
     const auto* wb = static_cast<const uint8_t*>(w);
     const MatmulArgs a{q, wb, quant_row_bytes(q, n_in), n_in, n_out, x, nt, y, bias};
-    const bool int8 = decode == DecodeDot::Int8 && q.vec_dot_q8,
-               x2 = decode == DecodeDot::Int8x2 && q.vec_dot_x2;
-    if (int16_gemm_runs(q, decode) && (invariant ? x2 : nt > 1)) {
-        if (nt <= gemv_max_tokens(q)) return i16::gemv(q, wb, n_in, n_out, x, nt, y, bias, pool);
-        i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
-    } else if ((nt <= int_dot_max_tokens(q, decode) || invariant) && (int8 || x2)) {
-        int_matmul(a, int8, pool);
-    } else if ((nt > 1 || invariant) && cpu_has_avx2()) {
-        tiled_matmul(a, pool);
-    } else {
-        pool.parallel_for_stealing(n_out, chunk_rows(a),
-                                   [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
+    switch (matmul_path(q, nt, decode, invariant)) {
+        case Path::Int16:
+            if (nt <= gemv_max_tokens(q)) return i16::gemv(q, wb, n_in, n_out, x, nt, y, bias, pool);
+            return i16::gemm(q, wb, n_in, n_out, x, nt, y, bias, pool);
+        case Path::IntDots:
+            return int_matmul(a, decode, pool);
+        case Path::Tiles:
+            return tiled_matmul(a, pool);
+        case Path::Dots:
+            return pool.parallel_for_stealing(n_out, chunk_rows(a),
+                                              [&](int64_t o0, int64_t o1) { dot_rows(a, o0, o1); });
     }
 }
 

@@ -45,6 +45,41 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
             float* y, const float* bias, ThreadPool& pool, DecodeDot decode = DecodeDot::F32,
             bool invariant = false);
 
+// Whether matmul of nt columns of q runs the integer dots (int8 or int8x2 activations, one dot per (row,
+// column)), as described above.
+bool int_dots_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant);
+
+// matmul's integer dots a row range at a time, for callers that gather many small products into one pool
+// dispatch (cpu::moe_ffn): each column quantized once by `quantize` (and shared by every product whose
+// IntDot has the same quantize), then rows [o0, o1) of a product computed on the calling thread by
+// int_dot_rows, each (row, column) bit for bit what matmul computes where int_dots_run.
+struct IntDot {
+    void (*quantize)(const float* x, void* xq, int64_t n);  // one column of n_in activations
+    size_t bytes;                                           // ... as this many bytes
+    float (*dot)(const void* w, const void* xq, int64_t n);
+    // Several columns per weight row (QuantTraits::vec_dot_x2_cols); null for int8, dotted per column.
+    void (*cols)(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+};
+IntDot int_dot(const QuantTraits& q, DecodeDot decode, int64_t n_in);
+
+// y [nt][n_out] = W [n_out][n_in] x + bias, the nt columns of x quantized by int_dot(*q, ...) at
+// xq + t * stride.
+struct IntDotProduct {
+    const QuantTraits* q;
+    const void* w;
+    int64_t n_in, n_out;
+    const uint8_t* xq;
+    size_t stride;
+    int64_t nt;
+    float* y;
+    const float* bias;  // [n_out] or null
+};
+void int_dot_rows(const IntDot& d, const IntDotProduct& p, int64_t o0, int64_t o1);
+
+// Weight bytes a thread of the row-wise paths claims at a time (ThreadPool::parallel_for_stealing): long
+// enough to keep the hardware prefetcher streaming.
+inline constexpr size_t kDotChunkBytes = 32 << 10;
+
 // Scalar reference twin (dequantize with to_float_ref, double accumulation), single-threaded.
 void matmul_ref(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
                 float* y, const float* bias);
