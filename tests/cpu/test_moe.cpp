@@ -1,7 +1,8 @@
 // The mixture-of-experts kernel (backend/cpu/moe.h): the routing against a brute-force sort of the
 // probabilities computed here in double, the grouped kernel against its scalar twin (each token alone,
 // matmul_ref, double sums) within a stated budget, and batch invariance: with invariant products a
-// token's row has the same bits alone and among others routed to the same and other experts.
+// token's row has the same bits alone and among others routed to the same and other experts; and the
+// experts run together have the bits of cpu::matmul per expert.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +145,77 @@ TEST(MoeFfn, EqualsItsScalarTwin) {
                 ASSERT_GT(scale, 0.0);
                 EXPECT_LE(err, 2e-4 * scale);
             }
+}
+
+// y computed here from the kernel's parts: each expert's tokens (in token order) through cpu::matmul
+// with the kernel's flags, the activation, then each token's k outputs added in selection order.
+std::vector<float> moe_by_matmuls(const cpu::MoeExperts& w, const op::MoeFfn& o, const std::vector<float>& x,
+                                  const std::vector<float>& logits, int64_t nt, ThreadPool& pool,
+                                  DecodeDot dot, bool invariant) {
+    const int64_t d = w.n_embd, f = w.n_ff, k = o.n_used;
+    std::vector<int32_t> ids(size_t(nt * k));
+    std::vector<float> p(ids.size()), out(ids.size() * size_t(d)), y(size_t(nt * d), 0.0f);
+    for (int64_t t = 0; t < nt; ++t)
+        cpu::moe_route(logits.data() + t * o.n_expert, o.n_expert, k, o.gating, o.norm, ids.data() + t * k,
+                       p.data() + t * k);
+    const auto rows = [](const QuantTraits& q, const void* base, int64_t e, int64_t n_out, int64_t n_in) {
+        return static_cast<const uint8_t*>(base) + quant_row_bytes(q, n_in) * size_t(e * n_out);
+    };
+    for (int64_t e = 0; e < o.n_expert; ++e) {
+        std::vector<int64_t> slots;
+        for (int64_t i = 0; i < nt * k; ++i)
+            if (ids[size_t(i)] == e) slots.push_back(i);
+        const auto n = int64_t(slots.size());
+        std::vector<float> xe, g(size_t(n * f)), u(g.size()), oe(size_t(n * d));
+        for (const int64_t i : slots) xe.insert(xe.end(), x.begin() + i / k * d, x.begin() + (i / k + 1) * d);
+        if (n == 0) continue;
+        cpu::matmul(*w.q_gate, rows(*w.q_gate, w.gate, e, f, d), d, f, xe.data(), n, g.data(),
+                    w.b_gate ? w.b_gate + e * f : nullptr, pool, dot, invariant);
+        cpu::matmul(*w.q_up, rows(*w.q_up, w.up, e, f, d), d, f, xe.data(), n, u.data(),
+                    w.b_up ? w.b_up + e * f : nullptr, pool, dot, invariant);
+        for (int64_t i = 0; i < n; ++i)
+            (o.act == ExpertAct::SwiGLU ? cpu::swiglu : cpu::swiglu_oai)(g.data() + i * f, u.data() + i * f,
+                                                                         g.data() + i * f, f);
+        cpu::matmul(*w.q_down, rows(*w.q_down, w.down, e, d, f), f, d, g.data(), n, oe.data(),
+                    w.b_down ? w.b_down + e * d : nullptr, pool, dot, invariant);
+        for (int64_t i = 0; i < n; ++i) std::copy_n(oe.data() + i * d, d, out.data() + slots[size_t(i)] * d);
+    }
+    for (int64_t t = 0; t < nt; ++t)
+        for (int64_t j = 0; j < k; ++j)
+            for (int64_t i = 0; i < d; ++i)
+                y[size_t(t * d + i)] += p[size_t(t * k + j)] * out[size_t((t * k + j) * d + i)];
+    return y;
+}
+
+// The experts the kernel runs together (the integer dots: decode, small batches) give each row the bits
+// of cpu::matmul on that expert's tokens, as the experts it runs one by one do: for every flag, alone and
+// in batches where some experts get one token and others several.
+TEST(MoeFfn, EqualsMatmulsPerExpert) {
+    std::mt19937 rng(23);
+    ThreadPool pool(2);
+    const int64_t d = 512, f = 256, n_expert = 16;
+    for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q4_0}) {
+        Experts ex(type, d, f, n_expert, rng);
+        const bool oai = type == GgmlType::Q8_0;
+        if (oai) ex.add_biases(rng);
+        const op::MoeFfn o{n_expert, 4, oai ? ExpertGating::SoftmaxWeight : ExpertGating::Softmax, true,
+                           oai ? ExpertAct::SwiGLUOai : ExpertAct::SwiGLU};
+        for (const DecodeDot dot : {DecodeDot::Int8, DecodeDot::Int8x2})
+            for (const bool invariant : {false, true})
+                for (const int64_t nt : {1, 2, 5, 17}) {
+                    SCOPED_TRACE(std::string(ggml_type_name(type)) + ", " + std::to_string(nt) + " tokens, " +
+                                 (dot == DecodeDot::Int8 ? "int8" : "int8x2") +
+                                 (invariant ? ", invariant" : ""));
+                    const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
+                    const std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
+                    std::vector<float> got(size_t(nt * d));
+                    cpu::MoeScratch s;
+                    cpu::moe_ffn(ex.w, o, x.data(), logits.data(), nt, got.data(), pool, dot, invariant, s);
+                    const std::vector<float> want =
+                        moe_by_matmuls(ex.w, o, x, logits, nt, pool, dot, invariant);
+                    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+                }
+    }
 }
 
 TEST(MoeFfn, ATokensRowIsTheSameAloneAndInABatch) {

@@ -1,6 +1,8 @@
 // Mixture-of-experts FFN on the CPU (op::MoeFfn): each token's routing from its router logits, then the
 // experts' products grouped by expert, so each expert's weights are read once per forward for all the
-// tokens routed to it (one cpu::matmul per expert and projection over the gathered rows).
+// tokens routed to it. Experts whose products take the integer dots (decode, small batches) run together,
+// one pool dispatch for all their gate and up rows and one for their down rows; the others take one
+// cpu::matmul per expert and projection over the gathered rows.
 //
 //   cpu::MoeExperts w{...};                    // the stacked weights, as the GGUF holds them
 //   cpu::moe_ffn(w, o, x, logits, nt, y, pool, decode, invariant, scratch);
@@ -43,7 +45,10 @@ struct MoeScratch {
     std::vector<int32_t> where;       // [nt * k] each pair's index in order
     std::vector<int64_t> first;       // [n_expert + 1] where each expert's pairs begin in order
     std::vector<float> weights;       // [nt * k]
+    // In the grouped order: [nt * k][n_embd], [nt * k][n_ff] (gate, up), [nt * k][n_embd].
     std::vector<float> x, gate, up, out;
+    std::vector<int32_t> fused;               // the experts computed together by the integer dots
+    std::vector<uint8_t> xq_gate, xq_up, hq;  // their quantized inputs and activations (moe.cpp)
 };
 
 // y [nt][n_embd] = the MoE FFN of x [nt][n_embd] with router logits [nt][o.n_expert].
