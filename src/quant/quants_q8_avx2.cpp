@@ -333,20 +333,28 @@ inline void x2_scaled_step(__m256i p, __m256 scale, const BlockQ8X2& y, __m256& 
 }
 
 // Q4_K / Q5_K against int8x2: sub-block j of super-block i meets activation block 8i + j; the minimum
-// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator per column.
+// terms -dmin * m_j (exact in f32) times the block sums s go into a third accumulator per column. The
+// lane scales are x2_scaled_step's, d_w * sc_j times d_x, formed eight at a time from the steps and sums
+// of the row's wide copy (x2_wide): the same products, an eighth of the multiplies and loads.
 template <class Block, int NC>
 void k_type1_vec_dot_x2(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const Block*>(w);
     const __m256i m4 = _mm256_set1_epi8(0xF);
+    X2Wide x[NC];
     __m256 acc0[NC], acc1[NC], accm[NC];
-    for (int c = 0; c < NC; ++c) acc0[c] = acc1[c] = accm[c] = _mm256_setzero_ps();
+    for (int c = 0; c < NC; ++c) {
+        x[c] = x2_wide(xs[c], n);
+        acc0[c] = acc1[c] = accm[c] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(Block)>(b + i);
         __m128i scales, mins;
         k_scales_mins(b[i].scales, &scales, &mins);
-        alignas(32) float ds[8];  // d_w * scale_j
-        _mm256_store_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
-                                          _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales))));
+        const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b[i].d)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(scales)));
+        alignas(32) float dsx[NC][8];  // d_w * sc_j * d_x of sub-block j
+        for (int c = 0; c < NC; ++c)
+            _mm256_store_ps(dsx[c], _mm256_mul_ps(ds, _mm256_loadu_ps(x[c].d + 8 * i)));
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m256i q = load32(b[i].qs + 32 * p);
@@ -358,20 +366,15 @@ void k_type1_vec_dot_x2(const void* w, Cols xs, int64_t n, float* out) {
             }
             for (int c = 0; c < NC; ++c) {
                 const BlockQ8X2* yi = static_cast<const BlockQ8X2*>(xs[c]) + 8 * i;
-                x2_scaled_step(x2_sum<false>(lo, yi[2 * p]), _mm256_broadcast_ss(ds + 2 * p), yi[2 * p],
-                               acc0[c]);
-                x2_scaled_step(x2_sum<false>(hi, yi[2 * p + 1]), _mm256_broadcast_ss(ds + 2 * p + 1),
-                               yi[2 * p + 1], acc1[c]);
+                acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(dsx[c] + 2 * p),
+                                          _mm256_cvtepi32_ps(x2_sum<false>(lo, yi[2 * p])), acc0[c]);
+                acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(dsx[c] + 2 * p + 1),
+                                          _mm256_cvtepi32_ps(x2_sum<false>(hi, yi[2 * p + 1])), acc1[c]);
             }
         }
         const __m256 m = _mm256_mul_ps(_mm256_set1_ps(-half_to_float(b[i].dmin)),
                                        _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mins)));
-        for (int c = 0; c < NC; ++c) {
-            const BlockQ8X2* yi = static_cast<const BlockQ8X2*>(xs[c]) + 8 * i;
-            const __m256 s =
-                _mm256_setr_ps(yi[0].s, yi[1].s, yi[2].s, yi[3].s, yi[4].s, yi[5].s, yi[6].s, yi[7].s);
-            accm[c] = _mm256_fmadd_ps(m, s, accm[c]);
-        }
+        for (int c = 0; c < NC; ++c) accm[c] = _mm256_fmadd_ps(m, _mm256_loadu_ps(x[c].s + 8 * i), accm[c]);
     }
     for (int c = 0; c < NC; ++c) out[c] = hsum(_mm256_add_ps(_mm256_add_ps(acc0[c], acc1[c]), accm[c]));
 }
