@@ -86,7 +86,7 @@ __global__ void rope_kernel(const float* x, float* y, const int32_t* pos, RopeSh
     }
 }
 
-enum class Ew { Add, Mul, Silu, SwiGLU, GeGLU };
+enum class Ew { Add, Mul, Silu, SwiGLU, GeGLU, SwiGLUOai };
 
 __device__ float silu_f(float x) {
     return x / (1.0f + expf(-x));
@@ -110,6 +110,10 @@ __global__ void elementwise_kernel(const float* a, const float* b, float* y, __h
         if constexpr (kOp == Ew::Silu) put(y, y_hi, i, silu_f(a[i]));
         if constexpr (kOp == Ew::SwiGLU) put(y, y_hi, i, silu_f(a[i]) * b[i]);
         if constexpr (kOp == Ew::GeGLU) put(y, y_hi, i, gelu_f(a[i]) * b[i]);
+        if constexpr (kOp == Ew::SwiGLUOai) {  // cpu::swiglu_oai: gate clamped above, up both ways
+            const float g = fminf(a[i], 7.0f), u = fminf(fmaxf(b[i], -7.0f), 7.0f);
+            put(y, y_hi, i, g / (1.0f + expf(-1.702f * g)) * (u + 1.0f));
+        }
     }
 }
 
@@ -232,6 +236,9 @@ void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void*
 }
 void geglu(const float* g, const float* u, float* y, int64_t n, Stream s) {
     elementwise<Ew::GeGLU>(g, u, y, n, s);
+}
+void swiglu_oai(const float* g, const float* u, float* y, int64_t n, Stream s) {
+    elementwise<Ew::SwiGLUOai>(g, u, y, n, s);
 }
 void scale(const float* x, float factor, float* y, int64_t n, Stream s) {
     if (n <= 0) return;

@@ -32,6 +32,8 @@ void silu(const float* x, float* y, int64_t n, Stream s);
 void swiglu(const float* g, const float* u, float* y, int64_t n, Stream s, void* y_hi = nullptr);
 // y = gelu(g) * u, GELU's tanh form (cpu::geglu's formula).
 void geglu(const float* g, const float* u, float* y, int64_t n, Stream s);
+// y = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1): gpt-oss's experts (cpu::swiglu_oai).
+void swiglu_oai(const float* g, const float* u, float* y, int64_t n, Stream s);
 void scale(const float* x, float factor, float* y, int64_t n, Stream s);  // y = x * factor
 
 // y[t][i] += b[i] for nt rows of d (the bias of a GEMM).

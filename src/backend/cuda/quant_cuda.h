@@ -84,6 +84,25 @@ void matvec(const QMatrix& w, const float* x, int64_t nt, float* y, const float*
 // kernel. gate and up have the same type and shape; 1 <= nt <= kMaxMatvecTokens.
 void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64_t nt, float* y, Stream s);
 
+// The experts of a mixture (op::MoeFfn): n routed (token, expert) pairs, each a one-token product with its
+// expert's matrix. A stack holds the experts' matrices back to back, `rows` rows each (w.n_out = rows *
+// n_expert, block layout, x taken in f32 whatever w.xq says). Position i < n computes pair order[i] with
+// expert ids[order[i]] into y row i; its x is row order[i] / k of x (k > 0: the tokens' rows, pair t * k
+// + j reading token t) or row i (k == 0: the rows of an earlier expert product, in position order).
+// The kernel layout depends on the matrix alone, so a pair's bits do not depend on the others routed.
+struct ExpertPairs {
+    const int32_t* order;  // [n] device: the pair at each position (grouped by expert: cuda::moe_route)
+    const int32_t* ids;    // [pairs] device: each pair's expert
+    int64_t n;
+    int64_t k;
+};
+// y[i] = expert's rows . x_row (+ the expert's bias, bias + e * rows, when bias is not null).
+void matvec_experts(const QMatrix& w, int64_t rows, const float* x, const ExpertPairs& p, float* y,
+                    const float* bias, Stream s);
+// y[i] = silu(gate rows . x_row) * (up rows . x_row): matvec_swiglu over the pairs.
+void matvec_swiglu_experts(const QMatrix& gate, const QMatrix& up, int64_t rows, const float* x,
+                           const ExpertPairs& p, float* y, Stream s);
+
 // out[r][i] = w[r][i] as half (out is __half*), all n_out rows.
 void dequant_f16(const QMatrix& w, void* out, Stream s);
 // out[r][i] = w[r][i] as f32, all n_out rows.

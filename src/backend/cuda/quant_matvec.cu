@@ -11,7 +11,8 @@
 // and permuted so that each warp-wide x load reads consecutive 16-byte words, with the sums of x that each
 // lane's affine runs need (see SharedX); more tokens read x from global memory (GlobalX). For some types
 // the grid holds at most one wave of resident thread blocks, each looping over its tiles of row groups
-// (kLoopTiles).
+// (kLoopTiles). The experts of a mixture run the same kernels over a second grid dimension, one routed
+// (token, expert) pair per row of thread blocks (matvec_experts).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@ constexpr int kWarps = 8;
 constexpr int kMaxRows = 4;  // weight rows per warp group
 
 struct MatvecArgs {
+    ExpertPairs ex;       // matvec_experts: thread-block row blockIdx.y is position blockIdx.y of ex
     const uint8_t* w[2];  // W, or gate and up
     int64_t n_in, n_out, row_bytes;
     const float* x;
@@ -48,6 +50,20 @@ struct MatvecArgs {
     int prefetch;   // steps of its weights each thread prefetches into L2 before waiting for x
     int64_t tiles;  // thread blocks' worth of row groups (tiles); block b takes tiles b, b + gridDim.x, ...
 };
+
+// The product of position i of a.ex as a plain one: its expert's rows of the stack (w.n_out = n_out
+// rows per expert), its x row, its y row and its expert's bias. Waits for the previous kernel first,
+// which wrote the routing.
+__device__ MatvecArgs expert_pair(MatvecArgs a, int64_t i) {
+    wait_for_inputs();
+    const int32_t p = a.ex.order[i], e = a.ex.ids[p];
+    const int64_t off = int64_t(e) * a.n_out * a.row_bytes;
+    a.w[0] += off, a.w[1] += off;
+    a.x += (a.ex.k > 0 ? p / a.ex.k : i) * a.n_in;
+    a.y += i * a.n_out;
+    if (a.bias) a.bias += int64_t(e) * a.n_out;
+    return a;
+}
 
 // x[0..W) of one token (16-byte aligned when W == 4).
 template <int W>
@@ -340,12 +356,13 @@ __device__ __forceinline__ void run_tile(const MatvecArgs& a, int64_t tile, bool
 template <class D, bool kShared>
 constexpr bool kLoopTiles = kShared && (kIsQ6K<D> || std::is_same_v<D, DecQ8_0>);
 
-template <class D, int NT, int R, bool kSwiglu, bool kShared>
+template <class D, int NT, int R, bool kSwiglu, bool kShared, bool kExperts>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(MatvecArgs a) {
     __shared__ float red[kWarps][R][NT];
     extern __shared__ float4 x_words[];  // SharedX's layout, for one token of a quantized type
     float* xw = reinterpret_cast<float*>(x_words);
-    if constexpr (kLoopTiles<D, kShared>)
+    if constexpr (kExperts) a = expert_pair(a, blockIdx.y);
+    if constexpr (kLoopTiles<D, kShared> && !kExperts)
         for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x)
             run_tile<D, NT, R, kSwiglu, kShared>(a, tile, tile == blockIdx.x, red, xw);
     else
@@ -411,26 +428,30 @@ int thread_prefetch(const MatvecArgs& a) {
     return prefetch_steps(steps, double(a.n_out) * double(a.row_bytes) * (kSwiglu ? 2 : 1));
 }
 
-template <class D, int NT, int R, bool kSwiglu>
+// Launches the kernel over a.tiles thread blocks (one wave at most for kLoopTiles), times a.ex.n rows of
+// them for the experts.
+template <class D, int NT, int R, bool kSwiglu, bool kExperts = false>
 void launch_rows(MatvecArgs a, Stream s) {
     constexpr int kOut = kSwiglu ? R / 2 : R;
-    a.prefetch = thread_prefetch<D, kSwiglu>(a);
+    a.prefetch = kExperts ? 0 : thread_prefetch<D, kSwiglu>(a);  // experts wait for their routing first
     const int64_t groups = (a.n_out + kOut - 1) / kOut;
     a.tiles = (groups + kWarps / a.split - 1) / (kWarps / a.split);
     const auto go = [&](auto kernel, size_t smem, auto shared) {
         int64_t grid = a.tiles;
-        if constexpr (kLoopTiles<D, decltype(shared)::value>) {  // one wave of resident thread blocks at most
+        if constexpr (kLoopTiles<D, decltype(shared)::value> && !kExperts) {  // one wave at most
             int per_sm = 0;
             MINFER_CUDA_CHECK(
                 cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
             grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * gpu_warps() / 32);
         }
-        launch("matvec kernel", kernel, unsigned(grid), kWarps * 32, smem, s, a);
+        launch("matvec kernel", kernel, dim3(unsigned(grid), kExperts ? unsigned(a.ex.n) : 1u), kWarps * 32,
+               smem, s, a);
     };
     if constexpr (kSharedXType<D, NT>)
         if (a.n_in <= kSharedXMaxIn)
-            return go(matvec_kernel<D, NT, R, kSwiglu, true>, SharedX<D>::bytes(a.n_in), std::true_type{});
-    go(matvec_kernel<D, NT, R, kSwiglu, false>, 0, std::false_type{});
+            return go(matvec_kernel<D, NT, R, kSwiglu, true, kExperts>, SharedX<D>::bytes(a.n_in),
+                      std::true_type{});
+    go(matvec_kernel<D, NT, R, kSwiglu, false, kExperts>, 0, std::false_type{});
 }
 
 template <class D, int NT, bool kSwiglu>
@@ -458,9 +479,29 @@ void check_tokens(int64_t nt, const char* what) {
     if (nt < 1 || nt > kMaxMatvecTokens) throw Error(std::string(what) + ": token count out of range");
 }
 
+// The experts' products: one token per pair, so one layout whatever the number of pairs (a pair's bits
+// do not depend on what else is routed): two rows per warp group (swiglu: two of gate, the same two of
+// up), each split between up to 8 warps while every warp keeps two steps. Grids of at most 65535 rows
+// of pairs each.
+template <class D, bool kSwiglu>
+void launch_experts(MatvecArgs a, Stream s) {
+    constexpr int64_t kMaxPairs = 65535;
+    const int64_t steps_per_row = (a.n_in / D::kElems * D::kLanes + 31) / 32;
+    a.split = 1;
+    while (a.split < kWarps && steps_per_row >= 2 * a.split) a.split *= 2;
+    for (int64_t i0 = 0, n = a.ex.n; i0 < n; i0 += kMaxPairs) {
+        MatvecArgs part = a;
+        part.ex.order += i0;
+        part.ex.n = std::min(kMaxPairs, n - i0);
+        part.y += i0 * a.n_out;
+        if (a.ex.k == 0) part.x += i0 * a.n_in;
+        launch_rows<D, 1, kSwiglu ? 4 : 2, kSwiglu, true>(part, s);
+    }
+}
+
 template <bool kSwiglu>
 void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float* y, const float* bias,
-         const float* res, Stream s) {
+         const float* res, Stream s, const ExpertPairs* ex = nullptr, int64_t rows = 0) {
     with_decoder(w.type, w.n_in, w.padded, [&](auto d) {
         using D = decltype(d);
         check_layout(w.type, w.n_in, w.data, 16, "matvec weights");
@@ -468,9 +509,19 @@ void run(const QMatrix& w, const uint8_t* w2, const float* x, int64_t nt, float*
         if (D::kWidth == 4) check_layout(w.type, w.n_in, x, 16, "matvec input");
         if (w.n_out == 0) return;
         const auto* p = static_cast<const uint8_t*>(w.data);
-        MatvecArgs a{{p, w2}, w.n_in, w.n_out, row_bytes<D>(w.n_in), x, int(nt), 1, y, bias, res, 0};
-        launch_tokens<D, kSwiglu>(a, s);
+        MatvecArgs a{{}, {p, w2}, w.n_in, w.n_out, row_bytes<D>(w.n_in), x, int(nt), 1, y, bias, res, 0};
+        if (!ex) return launch_tokens<D, kSwiglu>(a, s);
+        a.ex = *ex, a.n_out = rows;
+        if (a.ex.n > 0) launch_experts<D, kSwiglu>(a, s);
     });
+}
+
+// The stack's layout for the expert kernels: the block layout (padded Q6_K too), rows a multiple of
+// `rows`.
+void check_experts(const QMatrix& w, int64_t rows, const char* what) {
+    if (w.tiled) throw Error(std::string(what) + ": expert stacks are not tiled");
+    if (rows <= 0 || w.n_out % rows != 0)
+        throw Error(std::string(what) + ": the stack's rows are not whole experts");
 }
 
 }  // namespace
@@ -501,6 +552,21 @@ void matvec_swiglu(const QMatrix& gate, const QMatrix& up, const float* x, int64
     if (gate.xq != up.xq) throw Error("CUDA matvec_swiglu: gate and up differ in layout");
     if (matvec_int8_x(gate, nt)) return matvec_swiglu_dp4a(gate, up, x, y, s);
     run<true>(gate, static_cast<const uint8_t*>(up.data), x, nt, y, nullptr, nullptr, s);
+}
+
+void matvec_experts(const QMatrix& w, int64_t rows, const float* x, const ExpertPairs& p, float* y,
+                    const float* bias, Stream s) {
+    check_experts(w, rows, "CUDA matvec_experts");
+    run<false>(w, static_cast<const uint8_t*>(w.data), x, 1, y, bias, nullptr, s, &p, rows);
+}
+
+void matvec_swiglu_experts(const QMatrix& gate, const QMatrix& up, int64_t rows, const float* x,
+                           const ExpertPairs& p, float* y, Stream s) {
+    if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out || gate.padded != up.padded)
+        throw Error("CUDA matvec_swiglu_experts: gate and up differ in type, shape or layout");
+    check_experts(gate, rows, "CUDA matvec_swiglu_experts");
+    check_experts(up, rows, "CUDA matvec_swiglu_experts");
+    run<true>(gate, static_cast<const uint8_t*>(up.data), x, 1, y, nullptr, nullptr, s, &p, rows);
 }
 
 }  // namespace minfer::cuda
