@@ -38,8 +38,7 @@ bool CudaBackend::supports(const CNode& n) const {
     if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta)) return f->kv.type == GgmlType::F32;
     // The fused gate/up kernel is a matvec: at most kMaxMatvecTokens columns.
     if (std::holds_alternative<op::FusedFFN>(n.op)) return n.shape[1] <= cuda::kMaxMatvecTokens;
-    // Mixture-of-experts FFNs run on the host for now (the executor moves x, the logits and the output).
-    if (std::holds_alternative<op::MoeFfn>(n.op)) return false;
+    if (std::holds_alternative<op::MoeFfn>(n.op)) return impl_->opt.moe && impl_->moe_supported(n);
     const auto* mm = std::get_if<meta::MatMul>(&n.meta);
     return !mm || cuda::quant_supported(mm->weight.type);
 }
@@ -338,7 +337,7 @@ void CudaBackend::Impl::run(const ComputeGraph& g, const CNode& n, const NodeBuf
                     throw Error("CUDA FusedFFN: more tokens than one matvec serves");
                 cuda::matvec_swiglu(mat(m.gate), mat(m.up), in(0), nt, out, s);
             },
-            [&](const op::MoeFfn&) { throw Error("CUDA: " + n.name + " (MoeFfn) runs on the CPU backend"); },
+            [&](const op::MoeFfn&) { moe_ffn(n); },
             [&](const op::Input&) {},
             [&](const op::KvcacheLoad&) {},
             [&](const op::FusedQKV&) { fused_qkv(g, n); },

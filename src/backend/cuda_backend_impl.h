@@ -130,6 +130,7 @@ struct CudaBackend::Impl {
     DeviceBuffer x8;               // one token's x as int8 (cuda::quantize_x8), for the matrices that take it
     DeviceBuffer mma_x, mma_part;  // x quantized for cuda::matmul_mma, and its split partial sums
     DeviceBuffer mma_tickets;      // cuda::matmul_mma_f16's counters, zero between its launches
+    DeviceBuffer moe;              // a mixture's routing, expert activations and outputs (moe_ffn)
     // Which node's values mma_x holds quantized (cuda::quantize_x_mma), so that the products that follow
     // with the same x (Q|K|V and V apart, gate and up) read them instead of quantizing again. A node is
     // computed once per run and stays live until its last product; run() forgets the node at every node
@@ -272,6 +273,10 @@ struct CudaBackend::Impl {
     enum class Mma : uint8_t { None, Int8, F16 };  // which tensor-core product takes a matmul, if any
     Mma mma_path(const QMatrix& w, int64_t nt) const;
     void fused_qkv(const ComputeGraph& g, const CNode& n);
+    // A mixture of experts (cuda_backend_moe.cpp): whether its kernels take it, the scratch it needs.
+    bool moe_supported(const CNode& n) const;
+    static size_t moe_scratch_floats(const CNode& n);
+    void moe_ffn(const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run_captured(const ComputeGraph& g, std::span<const NodeId> nodes, const NodeBuffers& bufs,

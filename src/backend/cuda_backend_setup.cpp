@@ -19,10 +19,11 @@ constexpr int64_t kTiledMinRows = 65536;
 
 // Uploads matrices of one type into one allocation, back to back, so that a product with all of them
 // is one product with the concatenation (their rows are output features). Where every part fits the
-// tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads),
-// the concatenation is tiled; Q6_K is padded (pad_matrix). Every copy is ordered on `stream`: a plain
-// cudaMemcpy from pageable memory may return before its DMA lands, and the non-blocking stream's tile
-// kernel would then read the staging buffer's previous matrix (CudaVsCpu failed 2 runs in 3 that way).
+// tiled layout and the whole is large enough (and may_tile: not for embeddings, which get_rows reads, nor for
+// expert stacks, which matvec_experts reads), the concatenation is tiled; Q6_K is padded (pad_matrix). Every
+// copy is ordered on `stream`: a plain cudaMemcpy from pageable memory may return before its DMA lands, and
+// the non-blocking stream's tile kernel would then read the staging buffer's previous matrix (CudaVsCpu
+// failed 2 runs in 3 that way).
 void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> ws, bool may_tile) {
     size_t total = 0, stored = 0;
     int64_t rows = 0;
@@ -64,8 +65,8 @@ void CudaBackend::Impl::upload_matrices(std::initializer_list<const WeightRef*> 
 void CudaBackend::Impl::upload_vector(const WeightRef& w) {
     if (!w.present() || vecs.count(w.name)) return;
     const GgufTensor& t = tensor(w);
-    std::vector<float> host(size_t(w.n_in));
-    quant_traits(t.type)->to_float(t.data, host.data(), w.n_in);
+    std::vector<float> host(size_t(w.n_in * w.n_out));
+    quant_traits(t.type)->to_float(t.data, host.data(), w.n_in * w.n_out);
     auto* d = reinterpret_cast<float*>(allocate(host.size() * sizeof(float)));
     MINFER_CUDA_CHECK(
         cudaMemcpyAsync(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
@@ -83,6 +84,8 @@ void CudaBackend::Impl::upload_all(const WeightSet& w) {
             for (const WeightRef* m : {&l.q, &l.k, &l.v}) upload_matrices({m});
         }
         for (const WeightRef& m : l.matrices) upload_matrices({&m});
+        if (opt.moe)
+            for (const WeightRef& m : l.experts) upload_matrices({&m}, false);  // matvec_experts: not tiled
         for (const WeightRef& v : l.vectors) upload_vector(v);
     }
     upload_matrices({&w.tok_embd}, false);
@@ -155,7 +158,7 @@ const void* CudaBackend::Impl::half_of(const QMatrix& w) const {
 // products' quantized x and partial sums.
 bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
     size_t score_floats = 0, wide_floats = 0, fused_floats = 0, w_halves = 0, x_halves = 0;
-    size_t mma_bytes = 0, mma_floats = 0, mma_tickets_n = 0, gather_floats = 0;
+    size_t mma_bytes = 0, mma_floats = 0, mma_tickets_n = 0, gather_floats = 0, moe_floats = 0;
     const auto need_mma = [&](const QMatrix& w, int64_t nt) {
         const Mma path = mma_path(w, nt);
         if (path == Mma::None) return false;
@@ -187,6 +190,8 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         }
         if (const auto* f = std::get_if<meta::FusedQkv>(&n.meta))
             fused_floats = std::max(fused_floats, size_t(nt * (f->q.weight.n_out + 2 * f->kv.n_embd)));
+        if (std::holds_alternative<op::MoeFfn>(n.op))
+            moe_floats = std::max(moe_floats, moe_scratch_floats(n));
         if (opt.nccl && std::holds_alternative<op::AllGather>(n.op))
             gather_floats = std::max(gather_floats, size_t(n.n_elements()));
         if (const auto* m = std::get_if<meta::MatMul>(&n.meta); m && mats.count(m->weight.name))
@@ -209,6 +214,7 @@ bool CudaBackend::Impl::reserve_scratch(const ComputeGraph& g) {
         moved = true;
     }
     moved |= gather.reserve(gather_floats * sizeof(float));
+    moved |= moe.reserve(moe_floats * sizeof(float));
     return moved;
 }
 

@@ -12,7 +12,9 @@ struct WeightSet {
     struct Layer {
         WeightRef q, k, v;                // the projections a fused QKV product reads as one matrix
         std::vector<WeightRef> matrices;  // every other 2-D weight of the layer
-        std::vector<WeightRef> vectors;   // norms and biases; absent ones (!present()) are skipped
+        std::vector<WeightRef> experts;   // a mixture's stacked expert matrices (n_out = rows * n_expert)
+        std::vector<WeightRef> vectors;   // norms and biases (an expert bias: n_in per expert, n_out
+                                          // experts); absent ones (!present()) are skipped
     };
     std::vector<Layer> layers;
     WeightRef tok_embd;  // read by rows (get_rows), not multiplied

@@ -256,16 +256,19 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<GgufFile> file) {
 WeightSet Model::weight_set() const {
     WeightSet w{.layers = {}, .tok_embd = tok_embd, .output = output, .output_norm = output_norm};
     for (const LayerWeights& l : layers) {
-        // A dense FFN or a router; a mixture's stacked experts stay on the host, where its node runs.
-        std::vector<WeightRef> matrices;
+        std::vector<WeightRef> matrices, experts;
         for (const WeightRef* m : {&l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_gate_inp})
             if (m->present()) matrices.push_back(*m);
+        for (const WeightRef* m : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
+            if (m->present()) experts.push_back(*m);
         w.layers.push_back({.q = l.wq,
                             .k = l.wk,
                             .v = l.wv,
                             .matrices = std::move(matrices),
+                            .experts = std::move(experts),
                             .vectors = {l.attn_norm, l.bq, l.bk, l.bv, l.bo, l.attn_sinks, l.q_norm, l.k_norm,
-                                        l.ffn_norm, l.attn_post_norm, l.ffn_post_norm, l.ffn_gate_inp_b}});
+                                        l.ffn_norm, l.attn_post_norm, l.ffn_post_norm, l.ffn_gate_inp_b,
+                                        l.ffn_gate_exps_b, l.ffn_up_exps_b, l.ffn_down_exps_b}});
     }
     return w;
 }

@@ -343,41 +343,44 @@ TEST(CudaBatch, GreedyForwardPicksTheLogitsArgmax) {
     }
 }
 
+void expect_many_sequences_match_cpu(const TypeCase& c) {
+    SCOPED_TRACE(std::string(c.arch) + " " + ggml_type_name(c.type));
+    const auto m = synth(c.arch, c.type);
+    const auto ref = dequantized(*m);
+    EngineParams p;
+    p.n_ctx = 1024, p.n_threads = 2, p.max_seqs = 12;
+    Engine cpu(*ref, p);
+    p.device = BackendKind::Cuda;
+    Engine gpu(*m, p);
+    ASSERT_TRUE(gpu.cparams().paged());
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<Engine::Chunk> chunks;
+    for (int n : {1, 5, 33, 47, 70, 9, 2, 64, 17, 3, 40, 11}) {
+        prompts.push_back(prompt(n, m->hp.n_vocab));
+        std::rotate(prompts.back().begin(), prompts.back().begin() + n / 2, prompts.back().end());
+        const SeqId s = gpu.open();
+        ASSERT_EQ(cpu.open(), s);
+        chunks.push_back({s, prompts.back(), std::min(n, 3)});
+    }
+    std::vector<int32_t> next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
+    for (size_t live : {12u, 5u, 1u}) {
+        for (size_t s = live; s < chunks.size(); ++s) gpu.close(chunks[s].seq), cpu.close(chunks[s].seq);
+        chunks.resize(live), next.resize(live);
+        for (int step = 0; step < 4; ++step) {
+            const std::vector<int32_t> fed = next;
+            for (size_t s = 0; s < live; ++s) chunks[s] = {chunks[s].seq, std::span(&fed[s], 1), 1};
+            next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
+        }
+    }
+}
+
 TEST(CudaBatch, ManySequencesMatchCpuEngine) {
     MINFER_REQUIRE_GPU();
     for (const TypeCase& c :
          {TypeCase{"qwen2", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"qwen3", GgmlType::Q4_K, 1e-2f, 0},
           TypeCase{"llama", GgmlType::F16, 1e-4f, 0}, TypeCase{"gemma3", GgmlType::Q8_0, 1e-2f, 0},
-          TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"gpt-oss", GgmlType::Q8_0, 1e-2f, 0}}) {
-        SCOPED_TRACE(std::string(c.arch) + " " + ggml_type_name(c.type));
-        const auto m = synth(c.arch, c.type);
-        const auto ref = dequantized(*m);
-        EngineParams p;
-        p.n_ctx = 1024, p.n_threads = 2, p.max_seqs = 12;
-        Engine cpu(*ref, p);
-        p.device = BackendKind::Cuda;
-        Engine gpu(*m, p);
-        ASSERT_TRUE(gpu.cparams().paged());
-        std::vector<std::vector<int32_t>> prompts;
-        std::vector<Engine::Chunk> chunks;
-        for (int n : {1, 5, 33, 47, 70, 9, 2, 64, 17, 3, 40, 11}) {
-            prompts.push_back(prompt(n, m->hp.n_vocab));
-            std::rotate(prompts.back().begin(), prompts.back().begin() + n / 2, prompts.back().end());
-            const SeqId s = gpu.open();
-            ASSERT_EQ(cpu.open(), s);
-            chunks.push_back({s, prompts.back(), std::min(n, 3)});
-        }
-        std::vector<int32_t> next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
-        for (size_t live : {12u, 5u, 1u}) {
-            for (size_t s = live; s < chunks.size(); ++s) gpu.close(chunks[s].seq), cpu.close(chunks[s].seq);
-            chunks.resize(live), next.resize(live);
-            for (int step = 0; step < 4; ++step) {
-                const std::vector<int32_t> fed = next;
-                for (size_t s = 0; s < live; ++s) chunks[s] = {chunks[s].seq, std::span(&fed[s], 1), 1};
-                next = forward_both(gpu, cpu, chunks, c.prefill_budget, m->hp.n_vocab);
-            }
-        }
-    }
+          TypeCase{"qwen3moe", GgmlType::Q8_0, 1e-2f, 0}, TypeCase{"gpt-oss", GgmlType::Q8_0, 1e-2f, 0}})
+        expect_many_sequences_match_cpu(c);
 }
 
 // Decode steps of a paged engine that alternate between two buckets (one sequence, then two) keep the
@@ -482,77 +485,93 @@ std::vector<float> alone_logits(Engine& e, const std::vector<int32_t>& stream) {
 // tokens, so that their rows meet products and attention of many widths beside each other; every
 // position's logits must be memcmp-equal to the sequence run alone in one forward. Q4_K takes the int8x2
 // kernels, Q8_0 and BF16 the f32 matrix-vector ones.
+void expect_deterministic_rows_equal_alone(const char* arch, GgmlType type) {
+    SCOPED_TRACE(std::string(arch) + " " + ggml_type_name(type));
+    const auto m = synth(arch, type);
+    const auto n_vocab = size_t(m->hp.n_vocab);
+    EngineParams p;
+    p.n_ctx = 2048, p.n_threads = 2, p.max_seqs = 8, p.device = BackendKind::Cuda, p.batch_invariant = true;
+    std::mt19937 rng(99);
+    std::vector<std::vector<int32_t>> streams;
+    for (int i = 0; i < 8; ++i) {
+        std::vector<int32_t> v = prompt(int(rng() % 60) + 5, m->hp.n_vocab);
+        std::shuffle(v.begin(), v.end(), rng);
+        if (i == 0) v.resize(std::max<size_t>(v.size(), 50), 7);
+        if (i >= 6) v.insert(v.begin(), streams[0].begin(), streams[0].begin() + 40);
+        streams.push_back(std::move(v));
+    }
+    Engine solo(*m, p);
+    std::vector<std::vector<float>> want;
+    for (const auto& st : streams) want.push_back(alone_logits(solo, st));
+    Engine e(*m, p);
+    std::vector<SeqId> seq(streams.size(), -1);
+    std::vector<size_t> fed(streams.size(), 0);
+    int mismatches = 0;
+    for (int step = 0; step < 200; ++step) {
+        std::vector<Engine::Chunk> batch;
+        std::vector<size_t> owner;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (fed[i] == streams[i].size() || int(i) > step) continue;
+            if (seq[i] < 0) seq[i] = e.open(), fed[i] = size_t(e.attach_prefix(seq[i], streams[i]));
+            const size_t n = std::min<size_t>(rng() % 40 + 1, streams[i].size() - fed[i]);
+            batch.push_back({seq[i], std::span(streams[i]).subspan(fed[i], n), int64_t(n)});
+            owner.push_back(i);
+        }
+        if (batch.empty()) break;
+        const std::span<const float> l = e.forward(batch);
+        size_t row = 0;
+        for (size_t b = 0; b < batch.size(); ++b) {
+            const size_t i = owner[b];
+            for (size_t r = 0; r < batch[b].tokens.size(); ++r, ++row)
+                mismatches += std::memcmp(l.data() + row * n_vocab, want[i].data() + (fed[i] + r) * n_vocab,
+                                          n_vocab * sizeof(float)) != 0;
+            fed[i] += batch[b].tokens.size();
+        }
+    }
+    for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(fed[i], streams[i].size()) << "sequence " << i;
+    EXPECT_GT(e.prefix_hit_tokens(), 0) << "the shared prefix came from the cache";
+    EXPECT_EQ(mismatches, 0) << "rows whose logits differ from the sequence run alone";
+}
+
 TEST(CudaBatch, DeterministicRowsEqualAlone) {
     MINFER_REQUIRE_GPU();
     for (const auto& [arch, type] :
          {std::pair{"qwen2", GgmlType::Q4_K}, std::pair{"llama", GgmlType::Q8_0},
           std::pair{"qwen3", GgmlType::BF16}, std::pair{"gemma3", GgmlType::Q8_0},
-          std::pair{"qwen3moe", GgmlType::Q8_0}, std::pair{"gpt-oss", GgmlType::Q8_0}}) {
-        SCOPED_TRACE(std::string(arch) + " " + ggml_type_name(type));
-        const auto m = synth(arch, type);
-        const auto n_vocab = size_t(m->hp.n_vocab);
-        EngineParams p;
-        p.n_ctx = 2048, p.n_threads = 2, p.max_seqs = 8, p.device = BackendKind::Cuda,
-        p.batch_invariant = true;
-        std::mt19937 rng(99);
-        std::vector<std::vector<int32_t>> streams;
-        for (int i = 0; i < 8; ++i) {
-            std::vector<int32_t> v = prompt(int(rng() % 60) + 5, m->hp.n_vocab);
-            std::shuffle(v.begin(), v.end(), rng);
-            if (i == 0) v.resize(std::max<size_t>(v.size(), 50), 7);
-            if (i >= 6) v.insert(v.begin(), streams[0].begin(), streams[0].begin() + 40);
-            streams.push_back(std::move(v));
-        }
-        Engine solo(*m, p);
-        std::vector<std::vector<float>> want;
-        for (const auto& st : streams) want.push_back(alone_logits(solo, st));
-        Engine e(*m, p);
-        std::vector<SeqId> seq(streams.size(), -1);
-        std::vector<size_t> fed(streams.size(), 0);
-        int mismatches = 0;
-        for (int step = 0; step < 200; ++step) {
-            std::vector<Engine::Chunk> batch;
-            std::vector<size_t> owner;
-            for (size_t i = 0; i < streams.size(); ++i) {
-                if (fed[i] == streams[i].size() || int(i) > step) continue;
-                if (seq[i] < 0) seq[i] = e.open(), fed[i] = size_t(e.attach_prefix(seq[i], streams[i]));
-                const size_t n = std::min<size_t>(rng() % 40 + 1, streams[i].size() - fed[i]);
-                batch.push_back({seq[i], std::span(streams[i]).subspan(fed[i], n), int64_t(n)});
-                owner.push_back(i);
-            }
-            if (batch.empty()) break;
-            const std::span<const float> l = e.forward(batch);
-            size_t row = 0;
-            for (size_t b = 0; b < batch.size(); ++b) {
-                const size_t i = owner[b];
-                for (size_t r = 0; r < batch[b].tokens.size(); ++r, ++row)
-                    mismatches +=
-                        std::memcmp(l.data() + row * n_vocab, want[i].data() + (fed[i] + r) * n_vocab,
-                                    n_vocab * sizeof(float)) != 0;
-                fed[i] += batch[b].tokens.size();
-            }
-        }
-        for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(fed[i], streams[i].size()) << "sequence " << i;
-        EXPECT_GT(e.prefix_hit_tokens(), 0) << "the shared prefix came from the cache";
-        EXPECT_EQ(mismatches, 0) << "rows whose logits differ from the sequence run alone";
-    }
+          std::pair{"qwen3moe", GgmlType::Q8_0}, std::pair{"gpt-oss", GgmlType::Q8_0}})
+        expect_deterministic_rows_equal_alone(arch, type);
+}
+
+void expect_repo_mini_golden(const char* name) {
+    SCOPED_TRACE(name);
+    const auto model = Model::load(repo_mini_path(std::string(name) + "-F16.gguf"));
+    const auto ref = load_json(repo_mini_path(std::string(name) + ".ref.json"));
+    SessionParams sp = golden_params(512);
+    sp.device = BackendKind::Cuda;
+    Session s(*model, sp);
+    for (const auto& p : ref["prompts"])
+        EXPECT_EQ(greedy(s, p["ids"].get<std::vector<int32_t>>(), 48),
+                  p["greedy_ids"].get<std::vector<int32_t>>())
+            << p["text"].get<std::string>();
 }
 
 // The float64 goldens of the minis this repository holds, on the GPU: every greedy token of the six prompts
 // (sliding windows, sinks, YaRN and the experts on the host included).
 TEST(CudaGolden, RepoMinisGreedyEqualsFloat64) {
     MINFER_REQUIRE_GPU();
-    for (const char* name : {"qwen3moe-mini", "gemma3-mini", "gptoss-mini"}) {
-        SCOPED_TRACE(name);
-        const auto model = Model::load(repo_mini_path(std::string(name) + "-F16.gguf"));
-        const auto ref = load_json(repo_mini_path(std::string(name) + ".ref.json"));
-        SessionParams sp = golden_params(512);
-        sp.device = BackendKind::Cuda;
-        Session s(*model, sp);
-        for (const auto& p : ref["prompts"])
-            EXPECT_EQ(greedy(s, p["ids"].get<std::vector<int32_t>>(), 48),
-                      p["greedy_ids"].get<std::vector<int32_t>>())
-                << p["text"].get<std::string>();
+    for (const char* name : {"qwen3moe-mini", "gemma3-mini", "gptoss-mini"}) expect_repo_mini_golden(name);
+}
+
+// The experts on the device (CudaOptions::moe): the goldens, a CPU engine's logits in mixed batches, and
+// under --deterministic a row's bits alone and in a batch, for both mixtures.
+TEST(CudaMoe, ExpertsOnTheDevice) {
+    MINFER_REQUIRE_GPU();
+    const EnvGuard on("MINFER_CUDA_MOE", "1");
+    expect_repo_mini_golden("qwen3moe-mini");
+    expect_repo_mini_golden("gptoss-mini");
+    for (const char* arch : {"qwen3moe", "gpt-oss"}) {
+        expect_many_sequences_match_cpu(TypeCase{arch, GgmlType::Q8_0, 1e-2f, 0});
+        expect_deterministic_rows_equal_alone(arch, GgmlType::Q8_0);
     }
 }
 
