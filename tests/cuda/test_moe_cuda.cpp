@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/moe.h"
@@ -20,16 +22,14 @@
 namespace minfer::test {
 namespace {
 
+// The kernels' name of each gating (the backend's own mapping is private to it).
 cuda::Gating gating_of(ExpertGating g) {
-    switch (g) {
-        case ExpertGating::Softmax:
-            return cuda::Gating::kSoftmax;
-        case ExpertGating::Sigmoid:
-            return cuda::Gating::kSigmoid;
-        case ExpertGating::SoftmaxWeight:
-            return cuda::Gating::kSoftmaxChosen;
-    }
-    return cuda::Gating::kSoftmax;
+    constexpr std::pair<ExpertGating, cuda::Gating> kNames[] = {
+        {ExpertGating::Softmax, cuda::Gating::kSoftmax},
+        {ExpertGating::Sigmoid, cuda::Gating::kSigmoid},
+        {ExpertGating::SoftmaxWeight, cuda::Gating::kSoftmaxChosen}};
+    return std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return n.first == g; })
+        ->second;
 }
 
 // Router logits with ties: every third row repeats a few values, so the lower-id rule decides.
