@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <functional>
 #include <queue>
 #include <sstream>
@@ -89,6 +90,17 @@ std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeG
         if (x.name != y.name) return diff("node ", i, ": name ", x.name, " != ", y.name);
     }
     return std::nullopt;
+}
+
+int64_t window_of_every_layer(const ComputeGraph& g) {
+    int64_t window = 0;
+    for (const CNode& n : g.nodes) {
+        const auto* a = std::get_if<op::Attn>(&n.op);
+        if (!a) continue;
+        if (a->mode != AttnMode::SlidingWindow) return 0;
+        window = window == 0 ? a->window : std::min(window, a->window);
+    }
+    return window;
 }
 
 }  // namespace minfer

@@ -168,4 +168,9 @@ struct ComputeGraph {
 // returns a description of it ("node 12: op Attn != Add"), std::nullopt when identical.
 std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeGraph& b);
 
+// The smallest window of the graph's attention when every Attn node attends within one (op::Attn's
+// SlidingWindow): no later query reads a row more than that far back in any layer. 0 when some layer
+// attends causally to the whole past, or the graph has no attention.
+int64_t window_of_every_layer(const ComputeGraph& g);
+
 }  // namespace minfer

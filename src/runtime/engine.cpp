@@ -327,7 +327,7 @@ SeqId Engine::open() {
 
 void Engine::close(SeqId s) {
     Sequence& q = seq(s);
-    for (const kv::BlockId b : q.blocks) pool_.release(b);
+    for (size_t i = size_t(q.n_released); i < q.blocks.size(); ++i) pool_.release(q.blocks[i]);
     q = Sequence{};
 }
 
@@ -338,7 +338,7 @@ SeqId Engine::fork(SeqId s) {
     const SeqId f = open();
     Sequence& child = seqs_[size_t(f)];
     child = seq(s);
-    for (const kv::BlockId b : child.blocks) pool_.retain(b);
+    for (size_t i = size_t(child.n_released); i < child.blocks.size(); ++i) pool_.retain(child.blocks[i]);
     return f;
 }
 
@@ -388,6 +388,16 @@ void Engine::publish_full_blocks(Sequence& q) {
         q.last_key = pool_.publish(q.blocks[size_t(q.n_published)], q.last_key, part);
         ++q.n_published;
     }
+}
+
+// Rows before (tokens - window + 1) are outside the window of every later query, the next token's
+// included: blocks wholly before that row go back to the pool once published (a prefix-cache hit may still
+// find them). Their ids stay in the table; the attention kernels read no row of them, and the store writes
+// only new rows.
+void Engine::release_outside_window(Sequence& q) {
+    if (kv_window_ <= 0) return;
+    const int64_t block = cparams_.block(), first_read = int64_t(q.tokens.size()) - kv_window_ + 1;
+    while ((q.n_released + 1) * block <= first_read) pool_.release(q.blocks[size_t(q.n_released++)]);
 }
 
 void Engine::check_batch(std::span<const Chunk> batch) const {
@@ -466,10 +476,12 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, GraphOutp
         if (observed) observer_->end_step();
     });
     ++step_;
+    if (kv_window_ < 0) kv_window_ = cparams_.paged() ? window_of_every_layer(*ranks_.front()->active) : 0;
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
         q.tokens.insert(q.tokens.end(), c.tokens.begin(), c.tokens.end());
         publish_full_blocks(q);
+        release_outside_window(q);
     }
     narrowed = n_out < n_tokens;
     const Rank& r0 = *ranks_.front();

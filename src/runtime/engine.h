@@ -136,6 +136,7 @@ class Engine {
         std::vector<int32_t> tokens;
         std::vector<kv::BlockId> blocks;
         int64_t n_published = 0;            // leading full blocks offered to the prefix cache
+        int64_t n_released = 0;             // leading blocks outside every later query's window (kv_window_)
         uint64_t last_key = kv::kRootHash;  // chain key of the last of them
     };
     struct Plan;  // the bucketed inputs of one forward
@@ -146,6 +147,7 @@ class Engine {
     void check_batch(std::span<const Chunk> batch) const;
     void grow(Sequence& s, int64_t n);
     void publish_full_blocks(Sequence& s);
+    void release_outside_window(Sequence& s);
     Plan plan(std::span<const Chunk> batch) const;
     const float* run(std::span<const Chunk> batch, const Plan& pl, GraphOutput out, bool& narrowed);
     void on_ranks(const std::function<void(Rank&)>& f);  // f on every rank at once
@@ -163,6 +165,9 @@ class Engine {
     kv::BlockPool pool_;
     std::vector<Sequence> seqs_;
     std::vector<int32_t> table_;  // [max_seqs][max_blocks], the block_table input
+    // When every layer attends within a window (window_of_every_layer; paged caches only), that window:
+    // a sequence's blocks wholly before it go back to the pool. -1 until the first forward's graph says.
+    int64_t kv_window_ = -1;
     int64_t step_ = 0, prefix_hits_ = 0;
     std::unique_ptr<StepObserver> observer_;
     std::vector<float> logits_;        // the wanted rows, when padding left others in the output

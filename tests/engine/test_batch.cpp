@@ -250,5 +250,39 @@ TEST(BatchInvariance, SlidingWindowUnderLoadEqualsAlone) {
     expect_invariant_under_load(*m, {}, false, GgmlType::F16);
 }
 
+// The blocks a sequence of `n` tokens holds after being fed in chunks of 8.
+int32_t blocks_held_after(const Model& m, int64_t n) {
+    Engine e(m, params(1, 1024, false));
+    const SeqId q = e.open();
+    std::mt19937 rng(3);
+    const std::vector<int32_t> ids = random_ids(rng, n, m.hp.n_vocab);
+    for (int64_t at = 0; at < n; at += 8) {
+        const Engine::Chunk c{q, std::span(ids).subspan(size_t(at), 8), 1};
+        e.forward({&c, 1});
+    }
+    return e.pool().n_used();
+}
+
+// Mistral v0.1's layout: every layer attends within a window (16 here). A sequence's blocks wholly
+// before its window go back to the pool as it grows and other sequences reuse them, while every
+// sequence's logits still equal its run alone, with the prefix cache (whose released blocks stay
+// findable) and without. A model with a global layer (gemma3's sixth) keeps every block.
+TEST(BatchInvariance, WindowInEveryLayerReleasesBlocksAndEqualsAlone) {
+    TempDir dir;
+    SynthSpec s;
+    s.arch = "llama";
+    s.n_layer = 2, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
+    s.type = GgmlType::Q8_0;
+    write_synth_model(s, dir.file("window.gguf"));
+    const auto m = Model::load(dir.file("window.gguf"));
+    expect_invariant_under_load(*m, {}, true);
+    expect_invariant_under_load(*m, {}, false);
+    const int32_t block = Engine(*m, params(1, 1024, false)).pool().block_size();
+    EXPECT_LE(blocks_held_after(*m, 600), (16 + block - 1) / block + 1) << "the window's blocks and the next";
+    s.arch = "gemma3", s.n_layer = 6;
+    write_synth_model(s, dir.file("mixed.gguf"));
+    EXPECT_EQ(blocks_held_after(*Model::load(dir.file("mixed.gguf")), 600), (600 + block - 1) / block);
+}
+
 }  // namespace
 }  // namespace minfer::test
