@@ -220,14 +220,21 @@ TEST(BatchInvariance, MixtureOfExpertsUnderLoadEqualsAlone) {
     expect_invariant_under_load(*m, {}, true);
 }
 
+// A small Q8_0 file's spec of `arch` with windows of 16 where its layers take them: 128 wide, heads of
+// 32, a vocabulary of 512.
+SynthSpec windowed_spec(const char* arch, int n_layer) {
+    SynthSpec s;
+    s.arch = arch;
+    s.n_layer = n_layer, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
+    s.type = GgmlType::Q8_0;
+    return s;
+}
+
 // gpt-oss: sinks, windows, YaRN and biased experts under load equal their runs alone.
 TEST(BatchInvariance, GptOssUnderLoadEqualsAlone) {
     TempDir dir;
-    SynthSpec s;
-    s.arch = "gpt-oss";
-    s.n_layer = 2, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
+    SynthSpec s = windowed_spec("gpt-oss", 2);
     s.n_expert = 8, s.n_expert_used = 4, s.n_ff_exp = 64;
-    s.type = GgmlType::Q8_0;
     s.extra_metadata = {{"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
                         {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}}};
     write_synth_model(s, dir.file("gptoss.gguf"));
@@ -239,12 +246,8 @@ TEST(BatchInvariance, GptOssUnderLoadEqualsAlone) {
 // than the window, with and without the prefix cache and in a compact cache, equal their runs alone.
 TEST(BatchInvariance, SlidingWindowUnderLoadEqualsAlone) {
     TempDir dir;
-    SynthSpec s;
-    s.arch = "gemma3";
-    s.n_layer = 6, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
-    s.type = GgmlType::Q8_0;
     const std::string file = dir.file("swa.gguf");
-    write_synth_model(s, file);
+    write_synth_model(windowed_spec("gemma3", 6), file);
     const auto m = Model::load(file);
     expect_invariant_under_load(*m, {}, true);
     expect_invariant_under_load(*m, {}, false, GgmlType::F16);
@@ -269,18 +272,13 @@ int32_t blocks_held_after(const Model& m, int64_t n) {
 // findable) and without. A model with a global layer (gemma3's sixth) keeps every block.
 TEST(BatchInvariance, WindowInEveryLayerReleasesBlocksAndEqualsAlone) {
     TempDir dir;
-    SynthSpec s;
-    s.arch = "llama";
-    s.n_layer = 2, s.n_embd = 128, s.head_dim = 32, s.n_vocab = 512, s.n_swa = 16;
-    s.type = GgmlType::Q8_0;
-    write_synth_model(s, dir.file("window.gguf"));
+    write_synth_model(windowed_spec("llama", 2), dir.file("window.gguf"));
     const auto m = Model::load(dir.file("window.gguf"));
     expect_invariant_under_load(*m, {}, true);
     expect_invariant_under_load(*m, {}, false);
     const int32_t block = Engine(*m, params(1, 1024, false)).pool().block_size();
     EXPECT_LE(blocks_held_after(*m, 600), (16 + block - 1) / block + 1) << "the window's blocks and the next";
-    s.arch = "gemma3", s.n_layer = 6;
-    write_synth_model(s, dir.file("mixed.gguf"));
+    write_synth_model(windowed_spec("gemma3", 6), dir.file("mixed.gguf"));
     EXPECT_EQ(blocks_held_after(*Model::load(dir.file("mixed.gguf")), 600), (600 + block - 1) / block);
 }
 
