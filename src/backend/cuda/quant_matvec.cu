@@ -369,6 +369,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<R>) matvec_kernel(Matv
         run_tile<D, NT, R, kSwiglu, kShared>(a, blockIdx.x, true, red, xw);
 }
 
+// Steps of one warp along a row of n_in elements of D (D::kLanes lanes share each block).
+template <class D>
+int64_t row_steps(int64_t n_in) {
+    return (n_in / D::kElems * D::kLanes + 31) / 32;
+}
+
+// The most warps (up to 8) that split a row while every warp keeps two steps.
+int widest_split(int64_t steps_per_row) {
+    int split = 1;
+    while (split < kWarps && steps_per_row >= 2 * split) split *= 2;
+    return split;
+}
+
 // Rows per warp group (R) and warps per group (split).
 struct Layout {
     int rows, split;
@@ -397,11 +410,7 @@ Layout choose_layout(int64_t n_out, int64_t steps_per_row, int nt, bool swiglu, 
         while (split < kWarps && groups * split < warps && steps_per_row >= 2 * split) split *= 2;
         return std::pair{groups * split >= warps, Layout{rows, split}};
     };
-    if (nt > 2) {
-        int split = 1;
-        while (split < kWarps && steps_per_row >= 2 * split) split *= 2;
-        return {2, split};
-    }
+    if (nt > 2) return {2, widest_split(steps_per_row)};
     if (shared_x) return fill(swiglu ? 4 : 2, gpu_warps() / 2).second;
     const int smallest = nt == 2 ? kMaxRows : swiglu ? 2 : 1;
     for (int rows = kMaxRows; rows > smallest; rows /= 2)
@@ -418,7 +427,7 @@ Layout pick_layout(const MatvecArgs& a) {
     const bool long_rows = a.n_in > kSharedXMaxIn;
     if (kIsQ6K<D> && NT == 1 && long_rows) return {2, 2};
     const bool shared_x = kSharedXType<D, NT> && !long_rows && !kLoopTiles<D, true>;
-    return choose_layout(a.n_out, (a.n_in / D::kElems * D::kLanes + 31) / 32, NT, kSwiglu, shared_x);
+    return choose_layout(a.n_out, row_steps<D>(a.n_in), NT, kSwiglu, shared_x);
 }
 
 // Steps each thread prefetches into L2 before x is ready (launch.cuh's prefetch_steps).
@@ -486,9 +495,7 @@ void check_tokens(int64_t nt, const char* what) {
 template <class D, bool kSwiglu>
 void launch_experts(MatvecArgs a, Stream s) {
     constexpr int64_t kMaxPairs = 65535;
-    const int64_t steps_per_row = (a.n_in / D::kElems * D::kLanes + 31) / 32;
-    a.split = 1;
-    while (a.split < kWarps && steps_per_row >= 2 * a.split) a.split *= 2;
+    a.split = widest_split(row_steps<D>(a.n_in));
     for (int64_t i0 = 0, n = a.ex.n; i0 < n; i0 += kMaxPairs) {
         MatvecArgs part = a;
         part.ex.order += i0;
