@@ -207,8 +207,11 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
     const int64_t q_stride = g[n.src[0]].shape[0];  // Q may sit in a wider buffer
     float* out = bufs.data(n.id);
     const bool f32 = r.type == GgmlType::F32;
-    scratch_.resize(size_t(pool_.size() * group * r.n_ctx));
-    if (!f32) kv_scratch_.resize(size_t(pool_.size() * 2 * r.n_ctx * m.hd_kv));
+    // Scores and converted rows are indexed by position, which a window layer's region (fewer slots,
+    // CParams::window_ctx) may not bound.
+    const int64_t n_pos = m.paging.n_pos();
+    scratch_.resize(size_t(pool_.size() * group * n_pos));
+    if (!f32) kv_scratch_.resize(size_t(pool_.size() * 2 * n_pos * m.hd_kv));
     pool_.for_each_dynamic(items, [&](int64_t it, int ith) {
         const int64_t t = it / m.n_head_kv, j = it % m.n_head_kv, n_kv = int64_t(at.pos[t]) + 1;
         const int64_t first = o.first_position(at.pos[t]);
@@ -217,12 +220,12 @@ void CpuBackend::attention(const ComputeGraph& g, const CNode& n, const NodeBuff
                          reinterpret_cast<const float*>(r.v.data()) + j * m.hd_kv, r.n_embd, at.blocks(t),
                          at.shift};
         if (!f32) {  // this head's rows as f32, contiguous
-            float* k = kv_scratch_.data() + ith * 2 * r.n_ctx * m.hd_kv;
-            kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, first, n_kv, k, k + r.n_ctx * m.hd_kv);
-            rows = cpu::contiguous_rows(k, k + r.n_ctx * m.hd_kv, m.hd_kv, n_kv);
+            float* k = kv_scratch_.data() + ith * 2 * n_pos * m.hd_kv;
+            kv_head_to_f32(r, at, t, j * m.hd_kv, m.hd_kv, first, n_kv, k, k + n_pos * m.hd_kv);
+            rows = cpu::contiguous_rows(k, k + n_pos * m.hd_kv, m.hd_kv, n_kv);
         }
         cpu::attention(qt, rows, out + t * n.shape[0] + j * group * m.hd, group, 1, m.hd, first, n_kv,
-                       m.scale, scratch_.data() + ith * group * r.n_ctx, sinks ? sinks + j * group : nullptr);
+                       m.scale, scratch_.data() + ith * group * n_pos, sinks ? sinks + j * group : nullptr);
     });
 }
 

@@ -113,18 +113,19 @@ void CudaBackend::Impl::reserve_kv(const ComputeGraph& g) {
     }
 }
 
-// The RoPE table the QKV fusions' epilogues read (cuda::RopeTable), for the graph's context size: the
+// The RoPE table the QKV fusions' epilogues read (cuda::RopeTable), for every position of the context: the
 // epilogue kernel then loads its angles instead of evaluating them in double precision, which measured
 // 1.5-1.9% of a decode step (0.5B / 1.5B Q4_K_M tg128).
 bool CudaBackend::Impl::reserve_rope_table(const ComputeGraph& g) {
     for (const CNode& n : g.nodes) {
         const auto* f = std::get_if<meta::FusedQkv>(&n.meta);
         if (!f) continue;
-        if (rope_tab.cs && same_angles(rope_key, f->rope) && rope_tab.n_pos >= f->kv.n_ctx) return false;
-        rope_cs.reserve(size_t(f->kv.n_ctx * f->rope.n_rot) * sizeof(float));
-        cuda::rope_table(rope_shape(f->rope, false), f->kv.n_ctx, rope_cs.as<float>(), stream);
+        const int64_t n_pos = f->kv.paging.n_pos();  // a window layer's region may hold fewer slots
+        if (rope_tab.cs && same_angles(rope_key, f->rope) && rope_tab.n_pos >= n_pos) return false;
+        rope_cs.reserve(size_t(n_pos * f->rope.n_rot) * sizeof(float));
+        cuda::rope_table(rope_shape(f->rope, false), n_pos, rope_cs.as<float>(), stream);
         MINFER_CUDA_CHECK(cudaStreamSynchronize(stream));  // kernels read it before their first wait
-        rope_tab = {rope_cs.as<float>(), f->kv.n_ctx};
+        rope_tab = {rope_cs.as<float>(), n_pos};
         rope_key = f->rope;
         return true;
     }

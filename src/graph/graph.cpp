@@ -92,15 +92,19 @@ std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeG
     return std::nullopt;
 }
 
-int64_t window_of_every_layer(const ComputeGraph& g) {
-    int64_t window = 0;
+AttnLayers attn_layers(const ComputeGraph& g) {
+    AttnLayers l;
     for (const CNode& n : g.nodes) {
         const auto* a = std::get_if<op::Attn>(&n.op);
         if (!a) continue;
-        if (a->mode != AttnMode::SlidingWindow) return 0;
-        window = window == 0 ? a->window : std::min(window, a->window);
+        if (a->mode != AttnMode::SlidingWindow) {
+            ++l.n_global;
+            continue;
+        }
+        ++l.n_window;
+        l.window = std::max(l.window, a->window);
     }
-    return window;
+    return l;
 }
 
 }  // namespace minfer

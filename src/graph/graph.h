@@ -66,6 +66,7 @@ struct Paging {
     // two, or the one block of the unpaged layout (max_blocks 1), whose rows are then all below
     // 2^shift. Throws for a paged block size that is not a power of two of at least 2^min_shift.
     int32_t shift(int32_t min_shift = 0) const;
+    int64_t n_pos() const { return block * max_blocks; }  // positions a sequence can reach
     bool operator==(const Paging&) const = default;
 };
 struct Attn {
@@ -168,9 +169,12 @@ struct ComputeGraph {
 // returns a description of it ("node 12: op Attn != Add"), std::nullopt when identical.
 std::optional<std::string> structural_diff(const ComputeGraph& a, const ComputeGraph& b);
 
-// The smallest window of the graph's attention when every Attn node attends within one (op::Attn's
-// SlidingWindow): no later query reads a row more than that far back in any layer. 0 when some layer
-// attends causally to the whole past, or the graph has no attention.
-int64_t window_of_every_layer(const ComputeGraph& g);
+// The graph's attention layers by kind: the largest window of those attending within one (op::Attn's
+// SlidingWindow; 0 without such layers), how many do, and how many attend to the whole past.
+struct AttnLayers {
+    int64_t window = 0;
+    int n_window = 0, n_global = 0;
+};
+AttnLayers attn_layers(const ComputeGraph& g);
 
 }  // namespace minfer

@@ -21,9 +21,13 @@ const char* graph_output_name(GraphOutput o);  // "logits", "argmax", "hidden"
 // forward's tokens belong to at most max_seqs sequences, each reaching at most max_blocks() blocks
 // through its row of the block table.
 struct CParams {
-    int64_t n_ctx = 4096;              // KV token slots: sizes the persistent KV regions
-    int64_t kv_block = 0;              // token slots per KV block; 0: unpaged
-    int64_t max_seqs = 1;              // rows of the block table
+    int64_t n_ctx = 4096;  // KV token slots: sizes the persistent KV regions
+    int64_t kv_block = 0;  // token slots per KV block; 0: unpaged
+    int64_t max_seqs = 1;  // rows of the block table
+    // Token slots of the sliding-window layers when they keep their own blocks (a second block table,
+    // window_block_table, of the same shape): a model mixing window and global layers keeps only each
+    // sequence's window there. 0: every layer has n_ctx slots and the one table.
+    int64_t window_ctx = 0;
     GgmlType kv_type = GgmlType::F32;  // K/V element type (--kv-type): F32, F16 or Q8_0
     bool flash_attn = false;
     bool gpu = false;      // a GPU backend participates (enables the decode fusions)

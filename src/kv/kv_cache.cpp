@@ -66,9 +66,9 @@ const KvCache::Region& KvCache::layer(int il) const {
     return regions_[size_t(il)];
 }
 
-void KvCache::copy_block(int32_t src, int32_t dst, int64_t block, int64_t n) {
+void KvCache::copy_block(int32_t src, int32_t dst, int64_t block, int64_t n, int64_t n_slots) {
     for (Region& r : regions_) {
-        if (r.k.empty()) continue;
+        if (r.k.empty() || r.n_ctx != n_slots) continue;
         const size_t from = size_t(src * block) * r.row_bytes, to = size_t(dst * block) * r.row_bytes,
                      len = size_t(n) * r.row_bytes;
         std::copy_n(r.k.begin() + ptrdiff_t(from), len, r.k.begin() + ptrdiff_t(to));

@@ -40,9 +40,11 @@ class KvCache {
     const Region& layer(int il) const;  // shape, and memory if allocated
     size_t n_layers() const { return regions_.size(); }
     size_t bytes() const;  // allocated host memory
-    // Copies slots [src * block, src * block + n) to dst's block in every allocated layer: the
-    // copy-on-write of a shared partial block before a sequence writes into it.
-    void copy_block(int32_t src, int32_t dst, int64_t block, int64_t n);
+    // Copies slots [src * block, src * block + n) to dst's block in every allocated layer whose region
+    // holds n_slots slots (the layers of the block's pool: every layer, or the global or the window
+    // ones, CParams::window_ctx): the copy-on-write of a shared partial block before a sequence writes
+    // into it.
+    void copy_block(int32_t src, int32_t dst, int64_t block, int64_t n, int64_t n_slots);
 
   private:
     std::vector<Region> regions_;

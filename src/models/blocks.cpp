@@ -25,15 +25,18 @@ meta::Paging paging(const GraphParams& p) {
     return {p.cparams.block(), p.cparams.max_blocks()};
 }
 
-meta::Kv kv_meta(const Model& m, const GraphParams& p) {
-    return {m.hp.n_kv_embd(), p.cparams.n_ctx, paging(p), p.cparams.kv_type};
+// A layer's KV region: n_ctx slots, or window_ctx for a sliding-window layer when those keep their own
+// blocks.
+meta::Kv kv_meta(const Model& m, const GraphParams& p, bool windowed) {
+    const int64_t slots = windowed && p.cparams.window_ctx > 0 ? p.cparams.window_ctx : p.cparams.n_ctx;
+    return {m.hp.n_kv_embd(), slots, paging(p), p.cparams.kv_type};
 }
 
 meta::Rope rope_meta(const Hparams& hp, int64_t n_head, const AttnOptions& o) {
     return {n_head, hp.head_dim, hp.n_rot, o.rope_base, o.rope_scale, o.yarn};
 }
 
-meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const GraphParams& p,
+meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const meta::Kv& kv,
                               const AttnOptions& o) {
     const Hparams& hp = m.hp;
     return meta::FusedQkv{{l.wq, l.bq},
@@ -45,12 +48,12 @@ meta::FusedQkv fused_qkv_meta(const Model& m, const LayerWeights& l, const Graph
                           rope_meta(hp, hp.n_head, o),
                           hp.n_head_kv,
                           hp.rope_style,
-                          kv_meta(m, p)};
+                          kv};
 }
 
 // The unfused chain: three matmuls (bias inline), optional per-head norms, RoPE on Q and K, K/V store.
-NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const GraphInputs& in,
-                   const GraphParams& p, const AttnOptions& o) {
+NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const KvIndex& at, const meta::Kv& kv,
+                   const AttnOptions& o) {
     const Hparams& hp = m.hp;
     const LayerWeights& l = m.layers[size_t(il)];
     NodeId q = b.matmul(x, l.wq, l.bq);  // [n_q_embd, nt]
@@ -60,9 +63,9 @@ NodeId project_qkv(GraphBuilder& b, const Model& m, int il, NodeId x, const Grap
         q = b.qk_norm(q, l.q_norm, hp.n_head, hp.head_dim, hp.rms_eps);
         k = b.qk_norm(k, l.k_norm, hp.n_head_kv, hp.head_dim, hp.rms_eps);
     }
-    q = b.rope(q, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head, o));
-    k = b.rope(k, in.kv.positions, hp.rope_style, rope_meta(hp, hp.n_head_kv, o));
-    b.kvcache_store(il, k, v, in.kv, kv_meta(m, p));  // [n_kv_embd, n_ctx]
+    q = b.rope(q, at.positions, hp.rope_style, rope_meta(hp, hp.n_head, o));
+    k = b.rope(k, at.positions, hp.rope_style, rope_meta(hp, hp.n_head_kv, o));
+    b.kvcache_store(il, k, v, at, kv);  // [n_kv_embd, n_ctx]
     return q;
 }
 
@@ -76,6 +79,10 @@ GraphInputs declare_inputs(GraphBuilder& b, const GraphParams& p) {
     in.kv.seq_slot = c.paged() ? b.input("seq_slot", {p.n_tokens, 1, 1, 1}, DType::I32) : -1;
     in.kv.block_table =
         c.paged() ? b.input("block_table", {c.max_blocks(), c.max_seqs, 1, 1}, DType::I32) : -1;
+    in.window_kv = in.kv;
+    if (c.paged() && c.window_ctx > 0)
+        in.window_kv.block_table =
+            b.input("window_block_table", {c.max_blocks(), c.max_seqs, 1, 1}, DType::I32);
     in.out_ids = p.n_out < p.n_tokens ? b.input("out_ids", {p.n_out, 1, 1, 1}, DType::I32) : -1;
     return in;
 }
@@ -102,23 +109,25 @@ NodeId self_attention(GraphBuilder& b, const Model& m, int il, NodeId x, const G
     // The concat fusions need Q and K of one type; V may differ (llama-quantize's _M mixes give some
     // layers' attn_v more bits), and then runs as its own product inside the node.
     const bool qk_same = l.wq.type == l.wk.type;
+    const KvIndex& at = o.window > 0 ? in.window_kv : in.kv;
+    const meta::Kv kvm = kv_meta(m, p, o.window > 0);
     NodeId q;
     if (qkv_fusion(p) && qk_same && o.qk_norm == QkNormKind::PerHead) {
-        q = b.fused_qkv_norm(il, x, in.kv, fused_qkv_meta(m, l, p, o));
+        q = b.fused_qkv_norm(il, x, at, fused_qkv_meta(m, l, kvm, o));
     } else if (qkv_fusion(p) && qk_same) {
-        q = b.fused_qkv(il, x, in.kv, fused_qkv_meta(m, l, p, o));
+        q = b.fused_qkv(il, x, at, fused_qkv_meta(m, l, kvm, o));
     } else if (qkv_fusion(p) && o.qk_norm == QkNormKind::None) {
         const NodeId q0 = b.matmul(x, l.wq);  // biases are applied by the fused epilogue
         const NodeId k0 = b.matmul(x, l.wk);
         const NodeId v0 = b.matmul(x, l.wv);
-        q = b.qkv_bias_rope_store(il, q0, k0, v0, in.kv, fused_qkv_meta(m, l, p, o));
+        q = b.qkv_bias_rope_store(il, q0, k0, v0, at, fused_qkv_meta(m, l, kvm, o));
     } else {
-        q = project_qkv(b, m, il, x, in, p, o);
+        q = project_qkv(b, m, il, x, at, kvm, o);
     }
-    const NodeId kv = b.kvcache_load(il, kv_meta(m, p));  // [n_kv_embd, n_ctx] view of the region
+    const NodeId kv = b.kvcache_load(il, kvm);  // [n_kv_embd, n_ctx | window_ctx] view of the region
     const meta::Attn am{il,      hp.n_head, hp.n_head_kv,      hp.head_dim, hp.head_dim, hp.n_kv_embd(),
                         o.scale, paging(p), p.cparams.kv_type, l.attn_sinks};
-    return b.attn(q, kv, in.kv, am, o.window);  // [n_q_embd, nt]
+    return b.attn(q, kv, at, am, o.window);  // [n_q_embd, nt]
 }
 
 NodeId attn_output(GraphBuilder& b, const Model& m, int il, NodeId attn) {

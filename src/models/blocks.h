@@ -8,8 +8,11 @@
 namespace minfer {
 
 struct GraphInputs {
-    NodeId tokens;   // [nt] i32
-    KvIndex kv;      // positions [nt]; seq_slot [nt], block_table [max_blocks, max_seqs] when paged (data)
+    NodeId tokens;  // [nt] i32
+    KvIndex kv;     // positions [nt]; seq_slot [nt], block_table [max_blocks, max_seqs] when paged (data)
+    // The sliding-window layers' index: kv, with window_block_table [max_blocks, max_seqs] for its table
+    // when those layers keep their own blocks (CParams::window_ctx).
+    KvIndex window_kv;
     NodeId out_ids;  // [n_out] i32: rows to keep after the last attention; -1 when n_out == nt
 };
 

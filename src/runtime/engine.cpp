@@ -30,11 +30,37 @@ int default_threads(int n) {
     return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// One sequence on a GPU keeps the unpaged layout (one block of n_ctx slots addressed by position).
+bool paged_layout(const EngineParams& p) {
+    return p.device == BackendKind::Cpu || p.max_seqs > 1;
+}
+
+// The model's attention layers by kind, read off a graph (building one reads no weight).
+AttnLayers model_attn_layers(const Model& m) {
+    return attn_layers(m.build_graph(m, GraphParams::make(1, 1, CParams{})));
+}
+
+// Blocks the sliding-window layers need of their own (CParams::window_ctx) in a paged cache mixing them
+// with global layers: each of max_seqs sequences holds its window and a block on either side, and a
+// forward adds at most a micro-batch of rows. 0 without such a mix.
+int64_t window_blocks(const AttnLayers& l, const EngineParams& p) {
+    if (!paged_layout(p) || l.n_window == 0 || l.n_global == 0) return 0;
+    const int64_t b = p.kv_block;
+    return p.max_seqs * ((l.window + b - 1) / b + 2) + (p.n_ubatch + b - 1) / b;
+}
+
 // Token slots the KV cache gets: --kv-mem's bytes, or -c (default: the model's context, at most 4096).
-int64_t requested_ctx(const Model& m, const EngineParams& p) {
+// Window layers with their own blocks take their fixed share of --kv-mem first, when that leaves the
+// global layers a context longer than those blocks.
+int64_t requested_ctx(const Model& m, const EngineParams& p, const AttnLayers& l) {
     if (p.kv_mem <= 0) return p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
-    const auto per_token = int64_t(2 * m.hp.n_layer * kv_row_bytes(p.kv_type, m.hp.n_kv_embd()));
-    const int64_t n = p.kv_mem / per_token / p.kv_block * p.kv_block;
+    const auto row = int64_t(2 * kv_row_bytes(p.kv_type, m.hp.n_kv_embd()));  // K and V of a layer's token
+    const int64_t window_slots = window_blocks(l, p) * p.kv_block;
+    if (window_slots > 0) {
+        const int64_t global = (p.kv_mem - l.n_window * row * window_slots) / (l.n_global * row);
+        if (global / p.kv_block * p.kv_block > window_slots) return global / p.kv_block * p.kv_block;
+    }
+    const int64_t per_token = m.hp.n_layer * row, n = p.kv_mem / per_token / p.kv_block * p.kv_block;
     if (n < p.kv_block)
         throw Error("--kv-mem " + std::to_string(p.kv_mem) + " bytes hold less than one KV block of " +
                     std::to_string(p.kv_block) + " tokens (" + std::to_string(per_token) +
@@ -45,9 +71,10 @@ int64_t requested_ctx(const Model& m, const EngineParams& p) {
 // Refuses a cache that cannot fit before anything is allocated: against this machine's memory, or on a
 // GPU against the device's free memory less the weights it will upload.
 // A rank's share with tensor parallelism: K/V heads split evenly.
-void check_kv_fits(const Model& m, const CParams& c, bool gpu, int ranks) {
-    const double kv =
-        2.0 * m.hp.n_layer * double(kv_row_bytes(c.kv_type, m.hp.n_kv_embd())) * double(c.n_ctx) / ranks;
+void check_kv_fits(const Model& m, const CParams& c, const AttnLayers& l, bool gpu, int ranks) {
+    const int64_t window = c.window_ctx > 0 ? l.n_window : 0;  // layers of window_ctx slots
+    const double slots = double(m.hp.n_layer - window) * double(c.n_ctx) + double(window * c.window_ctx);
+    const double kv = 2.0 * double(kv_row_bytes(c.kv_type, m.hp.n_kv_embd())) * slots / ranks;
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
 #ifdef MINFER_HAVE_CUDA
     const double room = gpu ? double(cuda::device_free_bytes()) - double(m.file->file_size()) : ram;
@@ -63,8 +90,9 @@ void check_kv_fits(const Model& m, const CParams& c, bool gpu, int ranks) {
 
 // The KV layout: blocks of kv_block slots (the context rounded up to whole blocks), except for one
 // sequence on a GPU, which keeps the unpaged layout (one block of n_ctx slots addressed by position).
-CParams engine_cparams(const Model& m, const EngineParams& p) {
-    const bool gpu = p.device != BackendKind::Cpu, paged = !gpu || p.max_seqs > 1;
+// Window layers mixed with global ones keep blocks of their own when those are fewer.
+CParams engine_cparams(const Model& m, const EngineParams& p, const AttnLayers& l) {
+    const bool gpu = p.device != BackendKind::Cpu, paged = paged_layout(p);
     if (p.max_seqs < 1) throw Error("the engine needs room for at least one sequence");
     if (p.tensor_parallel < 1 || p.tensor_parallel > 64)
         throw Error("--tensor-parallel must be 1..64, not " + std::to_string(p.tensor_parallel));
@@ -73,15 +101,16 @@ CParams engine_cparams(const Model& m, const EngineParams& p) {
                     std::to_string(p.kv_block));
     if (gpu && p.kv_type != GgmlType::F32)
         throw Error(std::string("--kv-type ") + ggml_type_name(p.kv_type) + " runs on the CPU only for now");
-    const int64_t n_ctx = requested_ctx(m, p);
+    const int64_t n_ctx = requested_ctx(m, p, l);
     CParams c = CParams::from_env(paged ? (n_ctx + p.kv_block - 1) / p.kv_block * p.kv_block : n_ctx, gpu);
     c.kv_block = paged ? p.kv_block : 0;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
+    if (window_blocks(l, p) < c.max_blocks()) c.window_ctx = window_blocks(l, p) * p.kv_block;
     // The fusions depend on the token count (QKV up to 64, FFN one): an invariant row takes the unfused
     // chain at every width.
     if (p.batch_invariant) c.fuse_qkv = c.fuse_ffn = false;
-    check_kv_fits(m, c, gpu, p.tensor_parallel);
+    check_kv_fits(m, c, l, gpu, p.tensor_parallel);
     return c;
 }
 
@@ -236,7 +265,8 @@ struct Engine::Rank {
 
 Engine::Engine(const Model& m, const EngineParams& p)
     : model_(m),
-      cparams_(engine_cparams(m, p)),
+      layers_(model_attn_layers(m)),
+      cparams_(engine_cparams(m, p, layers_)),
       n_ubatch_(p.n_ubatch),
       prefix_cache_(p.prefix_cache && cparams_.paged()),  // the unpaged layout has no blocks to share
       comms_(p.tensor_parallel > 1 ? std::make_unique<HostCommGroup>(p.tensor_parallel) : nullptr),
@@ -246,6 +276,12 @@ Engine::Engine(const Model& m, const EngineParams& p)
       table_(size_t(cparams_.max_seqs * cparams_.max_blocks()), 0),
       observer_(observers_from_env()) {
     if (n_ubatch_ < 1) throw Error("the micro-batch size must be at least 1 token");
+    if (cparams_.window_ctx > 0) {
+        window_pool_.emplace(int32_t(cparams_.window_ctx / cparams_.block()), int32_t(cparams_.block()));
+        window_table_.assign(table_.size(), 0);
+    }
+    const bool every_layer_windowed = layers_.n_window > 0 && layers_.n_global == 0;
+    kv_window_ = cparams_.paged() && (window_pool_ || every_layer_windowed) ? layers_.window : 0;
     const int tp = p.tensor_parallel, threads = std::max(1, default_threads(p.n_threads) / tp);
     for (int r = 0; r < tp; ++r)
         ranks_.push_back(std::make_unique<Rank>(tp > 1 ? shard_model(m, r, tp) : nullptr, m, p, threads, r,
@@ -325,9 +361,14 @@ SeqId Engine::open() {
     throw Error("all " + std::to_string(seqs_.size()) + " sequence slots are in use");
 }
 
+void Engine::release(Blocks& b, kv::BlockPool& pool) {
+    for (size_t i = size_t(b.n_released); i < b.ids.size(); ++i) pool.release(b.ids[i]);
+}
+
 void Engine::close(SeqId s) {
     Sequence& q = seq(s);
-    for (size_t i = size_t(q.n_released); i < q.blocks.size(); ++i) pool_.release(q.blocks[i]);
+    release(q.blocks, pool_);
+    if (window_pool_) release(q.window, *window_pool_);
     q = Sequence{};
 }
 
@@ -338,7 +379,11 @@ SeqId Engine::fork(SeqId s) {
     const SeqId f = open();
     Sequence& child = seqs_[size_t(f)];
     child = seq(s);
-    for (size_t i = size_t(child.n_released); i < child.blocks.size(); ++i) pool_.retain(child.blocks[i]);
+    const auto retain = [](const Blocks& b, kv::BlockPool& pool) {
+        for (size_t i = size_t(b.n_released); i < b.ids.size(); ++i) pool.retain(b.ids[i]);
+    };
+    retain(child.blocks, pool_);
+    if (window_pool_) retain(child.window, *window_pool_);
     return f;
 }
 
@@ -346,63 +391,100 @@ int64_t Engine::attach_prefix(SeqId s, std::span<const int32_t> prompt) {
     Sequence& q = seq(s);
     if (!q.tokens.empty()) throw Error("attach_prefix: sequence " + std::to_string(s) + " is not empty");
     const auto block = size_t(cparams_.block());
-    while (prefix_cache_ && (q.blocks.size() + 1) * block < prompt.size()) {
-        const auto part = prompt.subspan(q.blocks.size() * block, block);
+    while (prefix_cache_ && (q.blocks.ids.size() + 1) * block < prompt.size()) {
+        const auto part = prompt.subspan(q.blocks.ids.size() * block, block);
         const kv::BlockId b = pool_.lookup(q.last_key, part);
         if (b < 0) break;
-        q.blocks.push_back(b);
+        q.blocks.ids.push_back(b);
         q.tokens.insert(q.tokens.end(), part.begin(), part.end());
         q.last_key = pool_.key_of(b);
-        q.n_published = int64_t(q.blocks.size());
+        q.n_published = int64_t(q.blocks.ids.size());
     }
+    if (window_pool_) attach_window(q);
     prefix_hits_ += int64_t(q.tokens.size());
     return int64_t(q.tokens.size());
 }
 
-int64_t Engine::blocks_needed(SeqId s, int64_t n) const {
-    const Sequence& q = seq(s);
-    const int64_t block = cparams_.block(), past = int64_t(q.tokens.size());
-    int64_t need = (past + n + block - 1) / block - int64_t(q.blocks.size());
-    if (past % block != 0 && n > 0 && pool_.refcount(q.blocks.back()) > 1) ++need;  // copy-on-write
+// The window pool's blocks of the attached prefix's last window, cached under the keys of the prefix's
+// blocks; the prefix drops its last block until all of them are found. The blocks before the window
+// are placeholders (block 0, released from the start).
+void Engine::attach_window(Sequence& q) {
+    const int64_t block = cparams_.block();
+    while (!q.blocks.ids.empty()) {
+        const auto k = int64_t(q.blocks.ids.size());
+        const int64_t first = std::max<int64_t>(0, k * block - kv_window_ + 1) / block;  // the next token's
+        q.window = Blocks{std::vector<kv::BlockId>(size_t(first), 0), first};
+        for (int64_t i = first; i < k; ++i) {
+            const uint64_t parent = i == 0 ? kv::kRootHash : pool_.key_of(q.blocks.ids[size_t(i - 1)]);
+            const auto part = std::span<const int32_t>(q.tokens).subspan(size_t(i * block), size_t(block));
+            const kv::BlockId w = window_pool_->lookup(parent, part);
+            if (w < 0) break;
+            q.window.ids.push_back(w);
+        }
+        if (int64_t(q.window.ids.size()) == k) return;
+        release(q.window, *window_pool_);
+        pool_.release(q.blocks.ids.back());
+        q.blocks.ids.pop_back();
+        q.tokens.resize(q.blocks.ids.size() * size_t(block));
+        q.n_published = k - 1;
+        q.last_key = k > 1 ? pool_.key_of(q.blocks.ids.back()) : kv::kRootHash;
+    }
+    q.window = Blocks{};
+}
+
+int64_t Engine::blocks_needed(const Blocks& b, const kv::BlockPool& pool, int64_t past, int64_t n) const {
+    const int64_t block = cparams_.block();
+    int64_t need = (past + n + block - 1) / block - int64_t(b.ids.size());
+    if (past % block != 0 && n > 0 && pool.refcount(b.ids.back()) > 1) ++need;  // copy-on-write
     return std::max<int64_t>(need, 0);
 }
 
-// Blocks for n more tokens: a shared partial last block is copied first (its other holders keep theirs).
-void Engine::grow(Sequence& q, int64_t n) {
-    const int64_t block = cparams_.block(), past = int64_t(q.tokens.size());
-    if (past % block != 0 && pool_.refcount(q.blocks.back()) > 1) {
-        const kv::BlockId copy = pool_.allocate();
-        for (const std::unique_ptr<Rank>& r : ranks_)
-            r->kv.copy_block(q.blocks.back(), copy, block, past % block);
-        pool_.release(q.blocks.back());
-        q.blocks.back() = copy;
-    }
-    while (int64_t(q.blocks.size()) * block < past + n) q.blocks.push_back(pool_.allocate());
+int64_t Engine::blocks_needed(SeqId s, int64_t n) const {
+    const Sequence& q = seq(s);
+    return blocks_needed(q.blocks, pool_, int64_t(q.tokens.size()), n);
 }
 
+// Blocks of `pool` for n more tokens after past: a shared partial last block is copied first, in the
+// layers of the pool's regions (its other holders keep theirs).
+void Engine::grow(Blocks& b, kv::BlockPool& pool, int64_t past, int64_t n) {
+    const int64_t block = cparams_.block();
+    if (past % block != 0 && pool.refcount(b.ids.back()) > 1) {
+        const kv::BlockId copy = pool.allocate();
+        for (const std::unique_ptr<Rank>& r : ranks_)
+            r->kv.copy_block(b.ids.back(), copy, block, past % block, int64_t(pool.n_blocks()) * block);
+        pool.release(b.ids.back());
+        b.ids.back() = copy;
+    }
+    while (int64_t(b.ids.size()) * block < past + n) b.ids.push_back(pool.allocate());
+}
+
+// Full blocks go into the prefix cache, a window pool's under the same keys.
 void Engine::publish_full_blocks(Sequence& q) {
     const int64_t block = cparams_.block();
     while (prefix_cache_ && (q.n_published + 1) * block <= int64_t(q.tokens.size())) {
         const auto part =
             std::span<const int32_t>(q.tokens).subspan(size_t(q.n_published * block), size_t(block));
-        q.last_key = pool_.publish(q.blocks[size_t(q.n_published)], q.last_key, part);
-        ++q.n_published;
+        const auto i = size_t(q.n_published++);
+        if (window_pool_) window_pool_->publish(q.window.ids[i], q.last_key, part);
+        q.last_key = pool_.publish(q.blocks.ids[i], q.last_key, part);
     }
 }
 
 // Rows before (tokens - window + 1) are outside the window of every later query, the next token's
-// included: blocks wholly before that row go back to the pool once published (a prefix-cache hit may still
-// find them). Their ids stay in the table; the attention kernels read no row of them, and the store writes
-// only new rows.
+// included: the window's blocks (window_pool_'s, or pool_'s when every layer is windowed) wholly before
+// that row go back to their pool once published (a prefix-cache hit may still find them). Their ids stay
+// in the table; the attention kernels read no row of them, and the store writes only new rows.
 void Engine::release_outside_window(Sequence& q) {
     if (kv_window_ <= 0) return;
+    Blocks& b = window_pool_ ? q.window : q.blocks;
+    kv::BlockPool& pool = window_pool_ ? *window_pool_ : pool_;
     const int64_t block = cparams_.block(), first_read = int64_t(q.tokens.size()) - kv_window_ + 1;
-    while ((q.n_released + 1) * block <= first_read) pool_.release(q.blocks[size_t(q.n_released++)]);
+    while ((b.n_released + 1) * block <= first_read) pool.release(b.ids[size_t(b.n_released++)]);
 }
 
 void Engine::check_batch(std::span<const Chunk> batch) const {
     if (batch.empty()) throw Error("forward: no tokens");
-    int64_t total = 0, blocks = 0;
+    int64_t total = 0, blocks = 0, window_blocks = 0;
     std::vector<bool> seen(seqs_.size(), false);
     for (const Chunk& c : batch) {
         const Sequence& q = seq(c.seq);
@@ -421,6 +503,8 @@ void Engine::check_batch(std::span<const Chunk> batch) const {
                             std::to_string(model_.hp.n_vocab) + ")");
         total += n;
         blocks += blocks_needed(c.seq, n);
+        if (window_pool_)
+            window_blocks += blocks_needed(q.window, *window_pool_, int64_t(q.tokens.size()), n);
     }
     if (total > n_ubatch_)
         throw Error("forward: " + std::to_string(total) + " tokens exceed the micro-batch of " +
@@ -428,6 +512,9 @@ void Engine::check_batch(std::span<const Chunk> batch) const {
     if (blocks > pool_.n_free())
         throw Error("out of KV cache blocks: the batch needs " + std::to_string(blocks) + ", " +
                     std::to_string(pool_.n_free()) + " are free");
+    if (window_pool_ && window_blocks > window_pool_->n_free())  // sized so that this never happens
+        throw Error("out of sliding-window KV blocks: the batch needs " + std::to_string(window_blocks) +
+                    ", " + std::to_string(window_pool_->n_free()) + " are free");
 }
 
 Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
@@ -457,8 +544,13 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, GraphOutp
     const auto n_tokens = int64_t(pl.tokens.size()), n_out = int64_t(pl.out_rows.size());
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
-        grow(q, int64_t(c.tokens.size()));
-        std::copy(q.blocks.begin(), q.blocks.end(), table_.begin() + c.seq * cparams_.max_blocks());
+        const auto past = int64_t(q.tokens.size()), n = int64_t(c.tokens.size()),
+                   row = c.seq * cparams_.max_blocks();
+        grow(q.blocks, pool_, past, n);
+        std::copy(q.blocks.ids.begin(), q.blocks.ids.end(), table_.begin() + row);
+        if (!window_pool_) continue;
+        grow(q.window, *window_pool_, past, n);
+        std::copy(q.window.ids.begin(), q.window.ids.end(), window_table_.begin() + row);
     }
     const GraphParams p = params_for(n_tokens, n_out, out);
     on_ranks([&](Rank& r) {
@@ -468,6 +560,7 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, GraphOutp
         if (cparams_.paged()) {
             r.exec.fill_input(g.find_input("seq_slot"), pl.slots);
             r.exec.fill_input(g.find_input("block_table"), table_);
+            if (window_pool_) r.exec.fill_input(g.find_input("window_block_table"), window_table_);
         }
         if (const NodeId out = g.find_input("out_ids"); out >= 0) r.exec.fill_input(out, pl.out_rows);
         const bool observed = observer_ && &r == ranks_.front().get();
@@ -476,7 +569,6 @@ const float* Engine::run(std::span<const Chunk> batch, const Plan& pl, GraphOutp
         if (observed) observer_->end_step();
     });
     ++step_;
-    if (kv_window_ < 0) kv_window_ = cparams_.paged() ? window_of_every_layer(*ranks_.front()->active) : 0;
     for (const Chunk& c : batch) {
         Sequence& q = seq(c.seq);
         q.tokens.insert(q.tokens.end(), c.tokens.begin(), c.tokens.end());

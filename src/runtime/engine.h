@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -108,6 +109,8 @@ class Engine {
     int max_seqs() const { return int(cparams_.max_seqs); }
     int64_t free_blocks() const { return pool_.n_free(); }
     const kv::BlockPool& pool() const { return pool_; }
+    // The sliding-window layers' own blocks (CParams::window_ctx); null when they share pool()'s.
+    const kv::BlockPool* window_pool() const { return window_pool_ ? &*window_pool_ : nullptr; }
     int64_t prefix_hit_tokens() const { return prefix_hits_; }
     const Model& model() const { return model_; }
     const CParams& cparams() const { return cparams_; }
@@ -131,12 +134,18 @@ class Engine {
     void add_observer(std::unique_ptr<StepObserver> o);
 
   private:
+    // A sequence's blocks in one pool. The leading n_released are outside every later query's window
+    // (kv_window_) and went back to the pool; their ids stay in the table, where no kernel reads a row.
+    struct Blocks {
+        std::vector<kv::BlockId> ids;
+        int64_t n_released = 0;
+    };
     struct Sequence {
         bool open = false;
         std::vector<int32_t> tokens;
-        std::vector<kv::BlockId> blocks;
+        Blocks blocks;  // in pool_: every layer's rows, or the global layers' when window_pool_ exists
+        Blocks window;  // in window_pool_: the sliding-window layers' rows
         int64_t n_published = 0;            // leading full blocks offered to the prefix cache
-        int64_t n_released = 0;             // leading blocks outside every later query's window (kv_window_)
         uint64_t last_key = kv::kRootHash;  // chain key of the last of them
     };
     struct Plan;  // the bucketed inputs of one forward
@@ -145,14 +154,18 @@ class Engine {
     const Sequence& seq(SeqId s) const;
     Sequence& seq(SeqId s) { return const_cast<Sequence&>(std::as_const(*this).seq(s)); }
     void check_batch(std::span<const Chunk> batch) const;
-    void grow(Sequence& s, int64_t n);
+    int64_t blocks_needed(const Blocks& b, const kv::BlockPool& pool, int64_t past, int64_t n) const;
+    void grow(Blocks& b, kv::BlockPool& pool, int64_t past, int64_t n);
+    void attach_window(Sequence& q);
     void publish_full_blocks(Sequence& s);
     void release_outside_window(Sequence& s);
+    void release(Blocks& b, kv::BlockPool& pool);
     Plan plan(std::span<const Chunk> batch) const;
     const float* run(std::span<const Chunk> batch, const Plan& pl, GraphOutput out, bool& narrowed);
     void on_ranks(const std::function<void(Rank&)>& f);  // f on every rank at once
 
     const Model& model_;
+    AttnLayers layers_;  // the model's attention layers by kind
     CParams cparams_;
     int64_t n_ubatch_;
     bool prefix_cache_;
@@ -163,11 +176,14 @@ class Engine {
     std::vector<std::unique_ptr<Rank>> ranks_;
     std::unique_ptr<RankThreads> threads_;  // null for one rank
     kv::BlockPool pool_;
+    std::optional<kv::BlockPool> window_pool_;  // with CParams::window_ctx
     std::vector<Sequence> seqs_;
-    std::vector<int32_t> table_;  // [max_seqs][max_blocks], the block_table input
-    // When every layer attends within a window (window_of_every_layer; paged caches only), that window:
-    // a sequence's blocks wholly before it go back to the pool. -1 until the first forward's graph says.
-    int64_t kv_window_ = -1;
+    std::vector<int32_t> table_;         // [max_seqs][max_blocks], the block_table input
+    std::vector<int32_t> window_table_;  // likewise, window_block_table (with window_pool_)
+    // The window of the blocks that release rows (paged caches only): those of window_pool_, or pool_'s
+    // when every layer attends within a window. A sequence's blocks wholly before it go back to their
+    // pool. 0: none are released.
+    int64_t kv_window_ = 0;
     int64_t step_ = 0, prefix_hits_ = 0;
     std::unique_ptr<StepObserver> observer_;
     std::vector<float> logits_;        // the wanted rows, when padding left others in the output

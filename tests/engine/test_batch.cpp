@@ -253,8 +253,12 @@ TEST(BatchInvariance, SlidingWindowUnderLoadEqualsAlone) {
     expect_invariant_under_load(*m, {}, false, GgmlType::F16);
 }
 
-// The blocks a sequence of `n` tokens holds after being fed in chunks of 8.
-int32_t blocks_held_after(const Model& m, int64_t n) {
+// The blocks a sequence of `n` tokens holds after being fed in chunks of 8 (in a context of 1024): in
+// the engine's pool, and in its window pool (-1 without one).
+struct Held {
+    int32_t blocks, window_blocks;
+};
+Held blocks_held_after(const Model& m, int64_t n) {
     Engine e(m, params(1, 1024, false));
     const SeqId q = e.open();
     std::mt19937 rng(3);
@@ -263,13 +267,13 @@ int32_t blocks_held_after(const Model& m, int64_t n) {
         const Engine::Chunk c{q, std::span(ids).subspan(size_t(at), 8), 1};
         e.forward({&c, 1});
     }
-    return e.pool().n_used();
+    return {e.pool().n_used(), e.window_pool() ? e.window_pool()->n_used() : -1};
 }
 
 // Mistral v0.1's layout: every layer attends within a window (16 here). A sequence's blocks wholly
 // before its window go back to the pool as it grows and other sequences reuse them, while every
 // sequence's logits still equal its run alone, with the prefix cache (whose released blocks stay
-// findable) and without. A model with a global layer (gemma3's sixth) keeps every block.
+// findable) and without.
 TEST(BatchInvariance, WindowInEveryLayerReleasesBlocksAndEqualsAlone) {
     TempDir dir;
     write_synth_model(windowed_spec("llama", 2), dir.file("window.gguf"));
@@ -277,9 +281,78 @@ TEST(BatchInvariance, WindowInEveryLayerReleasesBlocksAndEqualsAlone) {
     expect_invariant_under_load(*m, {}, true);
     expect_invariant_under_load(*m, {}, false);
     const int32_t block = Engine(*m, params(1, 1024, false)).pool().block_size();
-    EXPECT_LE(blocks_held_after(*m, 600), (16 + block - 1) / block + 1) << "the window's blocks and the next";
+    const Held held = blocks_held_after(*m, 600);
+    EXPECT_LE(held.blocks, (16 + block - 1) / block + 1) << "the window's blocks and the next";
+    EXPECT_EQ(held.window_blocks, -1) << "no global layer: one pool";
+}
+
+// --kv-mem with window layers of their own blocks: they take their share (a window and the micro-batch
+// per layer) and the global layer the rest, which sets the context; the cache then holds those bytes.
+TEST(KvCache, MemoryBudgetOfMixedWindowLayers) {
+    TempDir dir;
     write_synth_model(windowed_spec("gemma3", 6), dir.file("mixed.gguf"));
-    EXPECT_EQ(blocks_held_after(*Model::load(dir.file("mixed.gguf")), 600), (600 + block - 1) / block);
+    const auto m = Model::load(dir.file("mixed.gguf"));
+    const int64_t row = 2 * m->hp.n_kv_embd() * 4, window_ctx = (1 + 2 + 512 / 32) * 32;  // f32 K and V
+    EngineParams p = params(1, 0, false);
+    p.kv_mem = row * (5 * window_ctx + 2048);
+    Engine e(*m, p);
+    EXPECT_EQ(e.n_ctx(), 2048);
+    EXPECT_EQ(e.cparams().window_ctx, window_ctx);
+    const SeqId s = e.open();
+    const std::vector<int32_t> ids{1, 2, 3};
+    const Engine::Chunk c{s, ids, 1};
+    e.forward({&c, 1});
+    EXPECT_EQ(int64_t(e.kv().bytes()), p.kv_mem);
+}
+
+// Gemma 3's layout (five window layers, then a global one): the window layers keep their rows in a
+// region of their own, window_ctx slots in blocks of a second pool, and a sequence gives those back as
+// it leaves them behind, while the global layer keeps every block. The under-load tests above run in
+// this layout and compare with runs alone in a context too short for it (one pool for all layers).
+TEST(BatchInvariance, MixedWindowLayersKeepOnlyTheirWindow) {
+    TempDir dir;
+    write_synth_model(windowed_spec("gemma3", 6), dir.file("mixed.gguf"));
+    const auto m = Model::load(dir.file("mixed.gguf"));
+    Engine e(*m, params(1, 1024, false));
+    const int64_t block = e.cparams().block(), window_ctx = e.cparams().window_ctx;
+    ASSERT_NE(e.window_pool(), nullptr);
+    EXPECT_EQ(window_ctx, (1 * (16 / block + 1 + 2) + 512 / block) * block) << "a window and the micro-batch";
+    e.prepare(1, 1);
+    EXPECT_EQ(e.kv().layer(0).n_ctx, window_ctx);
+    EXPECT_EQ(e.kv().layer(5).n_ctx, 1024) << "the global layer";
+    const Held held = blocks_held_after(*m, 600);
+    EXPECT_EQ(held.blocks, (600 + block - 1) / block);
+    EXPECT_LE(held.window_blocks, (16 + block - 1) / block + 1) << "the window's blocks and the next";
+    EXPECT_EQ(Engine(*m, params(1, 512, false)).window_pool(), nullptr)
+        << "no fewer blocks than the context's";
+}
+
+// A prefix whose global blocks are cached but whose window blocks were evicted is reused only as far
+// as its window blocks are cached (here not at all): the sequence recomputes the rest and equals its run
+// alone.
+TEST(BatchInvariance, EvictedWindowBlocksShortenThePrefixHit) {
+    TempDir dir;
+    write_synth_model(windowed_spec("gemma3", 6), dir.file("mixed.gguf"));
+    const auto m = Model::load(dir.file("mixed.gguf"));
+    std::mt19937 rng(5);
+    const std::vector<int32_t> prompt = random_ids(rng, 200, m->hp.n_vocab);
+    const Alone alone = run_alone(*m, prompt, 2, GgmlType::F32);
+    Engine e(*m, params(1, 4096));  // 128 blocks; the window pool's 19 recycle after 19 more
+    const auto run = [&](std::span<const int32_t> ids) {
+        const SeqId s = e.open();
+        const int64_t reused = e.attach_prefix(s, ids);
+        const Engine::Chunk c{s, ids.subspan(size_t(reused)), 1};
+        const std::span<const float> l = e.forward({&c, 1});
+        const bool same =
+            same_bits(l, std::span(alone.logits).subspan((prompt.size() - 1) * l.size(), l.size()));
+        e.close(s);
+        return std::pair{reused, same};
+    };
+    EXPECT_EQ(run(prompt), std::pair(int64_t(0), true));
+    EXPECT_EQ(run(prompt), std::pair(int64_t(192), true)) << "every full block short of the last token";
+    for (int i = 0; i < 3; ++i) run(random_ids(rng, 300, m->hp.n_vocab));  // 30 window blocks
+    EXPECT_EQ(run(prompt), std::pair(int64_t(0), true)) << "the window blocks were evicted";
+    EXPECT_GT(e.pool().n_cached(), 6) << "while the global blocks stayed cached";
 }
 
 }  // namespace
