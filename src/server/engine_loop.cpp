@@ -97,6 +97,9 @@ void EngineLoop::publish_stats() {
     metrics_.requests_waiting = int64_t(sched_.n_waiting());
     metrics_.kv_blocks_used = engine_.pool().n_used();
     metrics_.kv_blocks_total = engine_.pool().n_blocks();
+    const kv::BlockPool* window = engine_.window_pool();
+    metrics_.kv_window_blocks_used = window ? window->n_used() : 0;
+    metrics_.kv_window_blocks_total = window ? window->n_blocks() : 0;
     metrics_.prefix_hit_tokens = engine_.prefix_hit_tokens();
     metrics_.preemptions = sched_.preemptions();
 }

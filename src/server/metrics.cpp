@@ -31,6 +31,10 @@ std::string Metrics::render() const {
         double(generate_us) * 1e-6);
     add(out, "kv_blocks_used", "gauge", "KV cache blocks held by sequences.", double(kv_blocks_used));
     add(out, "kv_blocks_total", "gauge", "KV cache blocks in the pool.", double(kv_blocks_total));
+    add(out, "kv_window_blocks_used", "gauge", "Sliding-window layers' blocks held by sequences.",
+        double(kv_window_blocks_used));
+    add(out, "kv_window_blocks_total", "gauge", "Sliding-window layers' blocks (0: they share the pool).",
+        double(kv_window_blocks_total));
     add(out, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.",
         double(prefix_hit_tokens));
     add(out, "preemptions_total", "counter", "Sequences preempted for KV blocks (recomputed later).",

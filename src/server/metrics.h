@@ -14,6 +14,7 @@ struct Metrics {
     std::atomic<int64_t> prompt_tokens{0}, generated_tokens{0};
     std::atomic<int64_t> prompt_us{0}, generate_us{0};  // submit to first token; first token to the end
     std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
+    std::atomic<int64_t> kv_window_blocks_used{0}, kv_window_blocks_total{0};  // 0 without a window pool
     std::atomic<int64_t> prefix_hit_tokens{0}, preemptions{0};
 
     std::string render() const;

@@ -247,9 +247,11 @@ TEST_F(Routes, MetricsArePrometheusText) {
          {"minfer_requests_processing", "minfer_requests_deferred", "minfer_prompt_tokens_total",
           "minfer_prompt_seconds_total", "minfer_tokens_predicted_total",
           "minfer_tokens_predicted_seconds_total", "minfer_kv_blocks_used", "minfer_kv_blocks_total",
+          "minfer_kv_window_blocks_used", "minfer_kv_window_blocks_total",
           "minfer_prefix_cache_hit_tokens_total"})
         EXPECT_GE(metric(r->body, name), 0) << name << "\n" << r->body;
     EXPECT_EQ(metric(r->body, "minfer_kv_blocks_total"), 4096 / 32);
+    EXPECT_EQ(metric(r->body, "minfer_kv_window_blocks_total"), 0) << "the embedded model has no window";
 }
 
 // A POST body and the 400 message it must get, by class: syntax, types, ranges, semantics.
