@@ -25,6 +25,10 @@ inline std::string ref_path(const std::string& file) {
 inline std::string repo_mini_path(const std::string& file) {
     return std::string(MINFER_SOURCE_DIR) + "/tests/data/minis/" + file;
 }
+// The quantized minis, which the build unpacks from tests/data/minis/qwen3moe256-mini-quants.tar.xz.
+inline std::string unpacked_mini_path(const std::string& file) {
+    return std::string(MINFER_BINARY_DIR) + "/minis/" + file;
+}
 
 }  // namespace minfer::test
 

@@ -123,7 +123,7 @@ struct QuantCase {
     const char* type;
     double llamacpp_agreement;  // fraction of the positions llama.cpp gets right
     int tp = 1;                 // tensor-parallel ranks
-    bool in_repo = false;       // the file and its reference are in tests/data/minis, not $MINFER_TEST_DATA
+    bool in_repo = false;  // the reference is in tests/data/minis, the file unpacked from its archive there
 };
 
 void PrintTo(const QuantCase& c, std::ostream* os) {
@@ -135,7 +135,7 @@ class QuantGolden : public ::testing::TestWithParam<QuantCase> {};
 TEST_P(QuantGolden, TopOneAgreementAtLeastLlamaCpp) {
     const auto [name, type, floor, tp, in_repo] = GetParam();
     const std::string base = std::string(name) + "-" + type;
-    const std::string file = in_repo ? repo_mini_path(base + ".gguf") : model_path(base + ".gguf");
+    const std::string file = in_repo ? unpacked_mini_path(base + ".gguf") : model_path(base + ".gguf");
     const std::string ref_file = in_repo ? repo_mini_path(base + ".ref.json") : ref_path(base + ".ref.json");
     MINFER_REQUIRE_FILE(file);
     MINFER_REQUIRE_FILE(ref_file);
@@ -175,6 +175,18 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"qwen3-mini", "Q6_K", 0.9761}, QuantCase{"qwen3-mini", "Q5_K_M", 0.9665},
                       QuantCase{"qwen3-mini", "Q4_K_M", 0.9809}, QuantCase{"qwen3-mini", "Q4_0", 0.9856}),
     [](const auto& info) { return case_name(info.param.model, info.param.type); });
+
+// The types llama.cpp's Qwen3-MoE and gpt-oss files come in, on a 256-wide qwen3moe mini (every matrix
+// takes the K-quants and IQ4_XS; scripts/make-arch-mini.py qwen3moe256, quantized by Debian's
+// llama-quantize, referenced in float64 on the dequantized weights), each against llama.cpp's
+// teacher-forced agreement on the same file (tests/data/minis/*.llamacpp.json).
+INSTANTIATE_TEST_SUITE_P(RepoMinis, QuantGolden,
+                         ::testing::Values(QuantCase{"qwen3moe256-mini", "Q2_K", 0.9876, 1, true},
+                                           QuantCase{"qwen3moe256-mini", "Q3_K_M", 0.9802, 1, true},
+                                           QuantCase{"qwen3moe256-mini", "IQ4_NL", 0.9901, 1, true},
+                                           QuantCase{"qwen3moe256-mini", "IQ4_XS", 0.9728, 1, true},
+                                           QuantCase{"qwen3moe256-mini", "MXFP4_MOE", 0.9901, 1, true}),
+                         [](const auto& info) { return case_name(info.param.model, info.param.type); });
 
 // Two ranks, the same floors: Q4_K_M's attn_output stays whole (its blocks of 256 do not split at a head
 // boundary of 128 columns) and its FFN splits unevenly (768 = 2 + 1 blocks); Q8_0 splits both evenly.
