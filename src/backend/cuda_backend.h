@@ -49,10 +49,9 @@ struct CudaOptions {
     // host memory rather than copied after the graph (MINFER_NO_HOST_OUTPUTS=1: copied).
     bool host_outputs = true;
     // A mixture of experts wholly on the device (routing, the experts' products, their sum:
-    // cuda_backend_moe.cpp), its expert stacks uploaded (MINFER_CUDA_MOE=1). Off: its FFN nodes run on the
-    // host, the executor moving x, the router logits and the output across. Off by default until its
-    // kernels have run on a GPU: they were written in a session that got no device time.
-    bool moe = false;
+    // cuda_backend_moe.cpp), its expert stacks uploaded. Off (MINFER_NO_CUDA_MOE=1): its FFN nodes run on
+    // the host, the executor moving x, the router logits and the output across.
+    bool moe = true;
     // Batch-invariant arithmetic (--deterministic): every product of a matrix cuda::mma_fits takes runs on
     // the tensor cores whatever its width (one column too), the other matrices' products column by column,
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its

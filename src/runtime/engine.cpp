@@ -184,7 +184,7 @@ CudaOptions cuda_options_from_env() {
     if (env_flag("MINFER_NO_MMA")) o.mma_tokens = 0, o.mma_f16_tokens = 0;
     o.half_weights = !env_flag("MINFER_NO_HALF_WEIGHTS");
     o.host_outputs = !env_flag("MINFER_NO_HOST_OUTPUTS");
-    o.moe = env_flag("MINFER_CUDA_MOE");
+    o.moe = !env_flag("MINFER_NO_CUDA_MOE");
     return o;
 }
 

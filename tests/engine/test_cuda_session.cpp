@@ -562,11 +562,12 @@ TEST(CudaGolden, RepoMinisGreedyEqualsFloat64) {
     for (const char* name : {"qwen3moe-mini", "gemma3-mini", "gptoss-mini"}) expect_repo_mini_golden(name);
 }
 
-// The experts on the device (CudaOptions::moe): the goldens, a CPU engine's logits in mixed batches, and
-// under --deterministic a row's bits alone and in a batch, for both mixtures.
-TEST(CudaMoe, ExpertsOnTheDevice) {
+// The experts run on the device by default (CudaOptions::moe: CudaGolden and CudaBatch take both mixtures
+// that way); with MINFER_NO_CUDA_MOE=1 on the host, under the same checks: the goldens, a CPU engine's
+// logits in mixed batches, and under --deterministic a row's bits alone and in a batch.
+TEST(CudaMoe, ExpertsOnTheHost) {
     MINFER_REQUIRE_GPU();
-    const EnvGuard on("MINFER_CUDA_MOE", "1");
+    const EnvGuard off("MINFER_NO_CUDA_MOE", "1");
     expect_repo_mini_golden("qwen3moe-mini");
     expect_repo_mini_golden("gptoss-mini");
     for (const char* arch : {"qwen3moe", "gpt-oss"}) {
