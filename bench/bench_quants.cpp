@@ -4,7 +4,8 @@
 // matrix-vector product, rows of 4096 weights. bytes_per_second counts weight bytes read. Two sizes: 256 KiB
 // of weights (L2 resident: kernel compute speed) and 256 MiB (streamed from DRAM: what decode sees on a real
 // model). matmul/ times the threaded matrix multiply (2 threads) with and without `invariant` on
-// qwen2.5-0.5B's FFN down projection (4864 in, 896 out) for several token counts.
+// qwen2.5-0.5B's FFN down projection (4864 in, 896 out) for several token counts. moe/ times cpu::moe_ffn
+// (2 threads) at Qwen3-30B-A3B's shapes (128 experts of 768, 8 used, n_embd 2048) for a prefill's tokens.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
 #include "quant/quants.h"
 #include "util/huge_pages.h"
 
@@ -137,6 +139,50 @@ void BM_Matmul(benchmark::State& state, GgmlType type, bool invariant) {
         double(state.iterations()) * 2e-9 * double(kIn * kOut * nt), benchmark::Counter::kIsRate);
 }
 
+// One cpu::moe_ffn of nt = range(0) tokens, router logits N(0, 1) (about nt * 8 / 128 tokens per expert),
+// gate and up in Q4_K, down in `down`; GFLOP/s counts the routed products, 2 * 3 * 2048 * 768 * 8 per token.
+void BM_Moe(benchmark::State& state, GgmlType down) {
+    constexpr int64_t kEmbd = 2048, kFf = 768, kExperts = 128, kUsed = 8;
+    const QuantTraits &q4 = *minfer::quant_traits(GgmlType::Q4_K), &qd = *minfer::quant_traits(down);
+    const int64_t nt = state.range(0);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const auto fill = [&](const QuantTraits& q, int64_t n_in, int64_t rows) {  // 61 rows quantized, repeated
+        const size_t row_bytes = minfer::quant_row_bytes(q, n_in);
+        minfer::HugePages w(row_bytes * size_t(rows));
+        std::vector<float> src(static_cast<size_t>(n_in));
+        for (int64_t r = 0; r < rows; ++r) {
+            if (r >= 61) {
+                std::copy_n(w.data() + size_t(r - 61) * row_bytes, row_bytes,
+                            w.data() + size_t(r) * row_bytes);
+                continue;
+            }
+            for (float& v : src) v = dist(rng);
+            q.from_float_ref(src.data(), w.data() + size_t(r) * row_bytes, n_in);
+        }
+        return w;
+    };
+    const minfer::HugePages gate = fill(q4, kEmbd, kFf * kExperts), up = fill(q4, kEmbd, kFf * kExperts),
+                            dn = fill(qd, kFf, kEmbd * kExperts);
+    const minfer::cpu::MoeExperts w{&q4, &q4, &qd, gate.data(), up.data(), dn.data(), kEmbd, kFf, kExperts};
+    const minfer::op::MoeFfn o{kExperts, kUsed, minfer::ExpertGating::Softmax, true};
+    std::vector<float> x(static_cast<size_t>(nt * kEmbd)), logits(static_cast<size_t>(nt * kExperts));
+    std::vector<float> y(x.size());
+    for (float& v : x) v = dist(rng);
+    for (float& v : logits) v = dist(rng);
+    minfer::ThreadPool pool(2);
+    minfer::cpu::MoeScratch s;
+    for (auto _ : state) {
+        minfer::cpu::moe_ffn(w, o, x.data(), logits.data(), nt, y.data(), pool,
+                             minfer::cpu::DecodeDot::Int8x2, false, s);
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(double(state.iterations()) * 2e-9 * double(3 * kEmbd * kFf * kUsed * nt),
+                           benchmark::Counter::kIsRate);
+}
+
 void register_all() {
     const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
@@ -180,6 +226,17 @@ void register_all() {
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond);
         }
+    for (GgmlType down : {GgmlType::Q4_K, GgmlType::Q6_K})
+        benchmark::RegisterBenchmark((std::string("moe/down:") + minfer::quant_traits(down)->name).c_str(),
+                                     BM_Moe, down)
+            ->ArgName("nt")
+            ->Args({1})
+            ->Args({8})
+            ->Args({128})
+            ->Args({512})
+            ->MinTime(1.0)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("quantize_act/Q8_0", BM_QuantizeAct, GgmlType::Q8_0);
     benchmark::RegisterBenchmark("quantize_act/Q8_K", BM_QuantizeAct, GgmlType::Q4_K);
 }

@@ -1,5 +1,6 @@
-// minfer-synth PRESET TYPE OUT.gguf [--vocab FILE] [--seed N]: a random-valued GGUF with the exact tensor
-// shapes of a real model, for benchmarks (speed depends on shapes and types, not on the values).
+// minfer-synth PRESET TYPE OUT.gguf [--vocab FILE] [--seed N] [--layers N]: a random-valued GGUF with the
+// exact tensor shapes of a real model, for benchmarks (speed depends on shapes and types, not on the
+// values). --layers keeps the layers' shapes but not their number (a 4-layer qwen3-30b-a3b to iterate on).
 //
 // TYPE is the type of every 2-D matrix (norms and biases stay F32), except in the _M mixes, which follow
 // llama-quantize: Q4_K_M and Q5_K_M put the output (the embedding when tied), and attn_v and ffn_down of
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
     CLI::App app{"Write a random-valued GGUF with a real model's tensor shapes, for benchmarks"};
     std::string preset_name, type_name, out, vocab;
     uint64_t seed = 1;
+    int layers = 0;
     app.add_option(
            "preset", preset_name,
            "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b qwen3-30b-a3b "
@@ -149,9 +151,11 @@ int main(int argc, char** argv) {
     app.add_option("out", out, "Output GGUF")->required();
     app.add_option("--vocab", vocab, "Copy the tokenizer.* metadata of this GGUF");
     app.add_option("--seed", seed, "Random seed");
+    app.add_option("--layers", layers, "Layers, if not the preset's")->check(CLI::Range(1, 1024));
     CLI11_PARSE(app, argc, argv);
     try {
         SynthSpec s = preset(preset_name);
+        if (layers > 0) s.n_layer = layers;
         set_type(s, type_name);
         s.seed = seed;
         if (!vocab.empty()) copy_vocab(s, vocab);

@@ -27,18 +27,22 @@ struct Experts {
     std::vector<uint8_t> gate, up, down;
     cpu::MoeExperts w;
 
-    Experts(GgmlType type, int64_t d, int64_t f, int64_t n_expert, std::mt19937& rng) {
-        const QuantTraits* q = quant_traits(type);
-        const auto fill = [&](std::vector<uint8_t>& bytes, int64_t n_in, int64_t rows) {
+    Experts(GgmlType type, int64_t d, int64_t f, int64_t n_expert, std::mt19937& rng)
+        : Experts(type, type, d, f, n_expert, rng) {}
+    // Gate and up in `type`, down in `down_type` (the Q4_K_M files' Q6_K down projections).
+    Experts(GgmlType type, GgmlType down_type, int64_t d, int64_t f, int64_t n_expert, std::mt19937& rng) {
+        const QuantTraits *q = quant_traits(type), *qd = quant_traits(down_type);
+        const auto fill = [&](const QuantTraits* qt, std::vector<uint8_t>& bytes, int64_t n_in,
+                              int64_t rows) {
             const float s = float(1.0 / std::sqrt(double(n_in)));
             const std::vector<float> v = random_floats(rng, n_in * rows, -s * 1.7f, s * 1.7f);
-            bytes.resize(quant_row_bytes(*q, n_in) * size_t(rows));
-            q->from_float_ref(v.data(), bytes.data(), n_in * rows);
+            bytes.resize(quant_row_bytes(*qt, n_in) * size_t(rows));
+            qt->from_float_ref(v.data(), bytes.data(), n_in * rows);
         };
-        fill(gate, d, f * n_expert);
-        fill(up, d, f * n_expert);
-        fill(down, f, d * n_expert);
-        w = {q, q, q, gate.data(), up.data(), down.data(), d, f, n_expert};
+        fill(q, gate, d, f * n_expert);
+        fill(q, up, d, f * n_expert);
+        fill(qd, down, f, d * n_expert);
+        w = {q, q, qd, gate.data(), up.data(), down.data(), d, f, n_expert};
     }
     // Per-expert biases on all three products (gpt-oss).
     void add_biases(std::mt19937& rng) {
@@ -215,6 +219,39 @@ TEST(MoeFfn, EqualsMatmulsPerExpert) {
                         moe_by_matmuls(ex.w, o, x, logits, nt, pool, dot, invariant);
                     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
                 }
+    }
+}
+
+// Prefill batches, where on AVX-512 VNNI the experts of several tokens take the int16 GEMM together
+// (gemv's layout up to gemv_max_tokens tokens, gemm's groups of 12 beyond): each row has the bits of
+// cpu::matmul on that expert's tokens, with routing skewed so that one call mixes experts of one token,
+// a few, and many (several groups), with and without invariance.
+TEST(MoeFfn, PrefillEqualsMatmulsPerExpert) {
+    std::mt19937 rng(29);
+    ThreadPool pool(2);
+    const int64_t d = 512, f = 256, n_expert = 16;
+    const op::MoeFfn o{n_expert, 4, ExpertGating::Softmax, true};
+    for (const auto& [type, down] : {std::pair{GgmlType::Q4_K, GgmlType::Q6_K},
+                                     {GgmlType::Q5_0, GgmlType::Q8_0},
+                                     {GgmlType::Q5_K, GgmlType::Q5_K}}) {
+        const Experts ex(type, down, d, f, n_expert, rng);
+        for (const bool invariant : {false, true})
+            for (const int64_t nt : {6, 24, 64, 200}) {
+                SCOPED_TRACE(std::string(ggml_type_name(type)) + "/" + ggml_type_name(down) + ", " +
+                             std::to_string(nt) + " tokens" + (invariant ? ", invariant" : ""));
+                const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
+                std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
+                for (int64_t t = 0; t < nt; ++t)  // experts 0 and 1 favoured, 15 shunned
+                    logits[size_t(t * n_expert)] += 2, logits[size_t(t * n_expert + 1)] += 1,
+                        logits[size_t(t * n_expert + 15)] -= 3;
+                std::vector<float> got(size_t(nt * d));
+                cpu::MoeScratch s;
+                cpu::moe_ffn(ex.w, o, x.data(), logits.data(), nt, got.data(), pool, DecodeDot::Int8x2,
+                             invariant, s);
+                const std::vector<float> want =
+                    moe_by_matmuls(ex.w, o, x, logits, nt, pool, DecodeDot::Int8x2, invariant);
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+            }
     }
 }
 

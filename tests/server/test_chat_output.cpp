@@ -260,7 +260,9 @@ TEST(Harmony, EverySplitSaysWhatTheWholeSays) {
     for (const std::string& text : harmony_answers())
         for (bool tools : {false, true}) {
             const Said whole = parse(harmony(), tools, text);
-            if (tools) EXPECT_EQ(whole.content.find("<|"), std::string::npos) << text;  // no markers said
+            if (tools) {
+                EXPECT_EQ(whole.content.find("<|"), std::string::npos) << text;  // no markers said
+            }
             EXPECT_EQ(whole.reasoning.find("<|"), std::string::npos) << text;
             for (size_t step = 1; step < 9; ++step)
                 expect_same(parse(harmony(), tools, text, step), whole,

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/threadpool.h"
 #include "quant/quants.h"
@@ -24,6 +25,30 @@ void gemm(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, c
 // are read from memory once for all nt tokens. gemm_ref is its scalar twin. Needs what gemm needs.
 void gemv(const QuantTraits& q, const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t nt,
           float* y, const float* bias, ThreadPool& pool);
+
+// ---- Products that share their activations (cpu::moe_ffn: an expert's tokens packed once for its gate
+// and up rows, and every expert's panels in one pool dispatch) ----
+
+// nt tokens' int8x2 levels as gemv reads them (`rows`: levels [nt][n_in], steps and sums [nt][n_in / 32])
+// or as gemm does (groups of kTokens, as Group: pairs [n_in / 2][kTokens], steps and sums
+// [n_in / 32][kTokens] per group). reset() sizes the buffers, which only grow; pack() fills one token, and
+// different tokens may be packed concurrently.
+struct Tokens {
+    int64_t nt = 0, n_in = 0;
+    bool rows = false;
+    std::vector<int16_t> levels;  // rows
+    std::vector<int32_t> pairs;   // groups
+    std::vector<float> d, s;
+
+    void reset(int64_t n_tokens, int64_t n, bool as_rows);
+    void pack(int64_t t, const float* x);  // x: token t's n_in activations
+};
+
+// y[t * n_out + o] = W_o . X_t (+ bias[o]) for the rows o of panel p (p * kRows .. at most kRows, below
+// n_out) of W [n_out][n_in] and every token t of x: gemv's arithmetic where x.rows, else gemm's (the same
+// bits). Needs what gemm needs.
+void panel(const QuantTraits& q, const uint8_t* w, int64_t n_out, const Tokens& x, int64_t p, float* y,
+           const float* bias);
 
 // Scalar twin, single-threaded: the same levels, the same integer sums and the same f32 operations in the
 // same order, so gemm gives its bits.

@@ -205,6 +205,10 @@ bool int_dots_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invar
     return matmul_path(q, nt, decode, invariant) == Path::IntDots;
 }
 
+bool int16_runs(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant) {
+    return matmul_path(q, nt, decode, invariant) == Path::Int16;
+}
+
 IntDot int_dot(const QuantTraits& q, DecodeDot decode, int64_t n_in) {
     if (decode == DecodeDot::Int8 && q.vec_dot_q8)
         return {q.quantize_act, act_row_bytes(q, n_in), q.vec_dot_q8, nullptr};

@@ -48,6 +48,8 @@ void matmul(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, co
 // Whether matmul of nt columns of q runs the integer dots (int8 or int8x2 activations, one dot per (row,
 // column)), as described above.
 bool int_dots_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant);
+// Whether it runs the int16 GEMM's arithmetic (i16::gemv or i16::gemm: the same bits).
+bool int16_runs(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant);
 
 // matmul's integer dots a row range at a time, for callers that gather many small products into one pool
 // dispatch (cpu::moe_ffn): each column quantized once by `quantize` (and shared by every product whose

@@ -46,9 +46,14 @@ void group_by_expert(const std::vector<int32_t>& ids, int64_t n_expert, std::vec
     }
 }
 
+// The pairs routed to expert e (group_by_expert).
+int64_t pairs_of(const MoeScratch& s, int64_t e) {
+    return s.first[size_t(e + 1)] - s.first[size_t(e)];
+}
+
 // Expert e's products through cpu::matmul, one after another: its tokens' rows gathered into s.x, then
 // gate and up, the activation and down into its slots' rows of s.out. For experts whose products take
-// other arithmetic than the integer dots (the int16 GEMM, the f32 tiles and dots).
+// neither the integer dots nor the int16 GEMM (the f32 tiles and dots).
 void expert_matmuls(const MoeExperts& w, const op::MoeFfn& o, const float* x, int64_t e, ThreadPool& pool,
                     DecodeDot decode, bool invariant, MoeScratch& s) {
     const int64_t k = o.n_used, d = w.n_embd, f = w.n_ff;
@@ -201,6 +206,84 @@ void down_pass(const Fused& c, ThreadPool& pool) {
                     });
 }
 
+// body(i, j, pos) for every pair of a wide expert, split between the threads: pos its index in the
+// grouped order, the j-th pair of wide expert i.
+template <class F>
+void wide_pairs(const MoeScratch& s, ThreadPool& pool, F&& body) {
+    pool.parallel_for(int64_t(s.order.size()), [&](int64_t p0, int64_t p1) {
+        for (int64_t pos = p0; pos < p1; ++pos) {
+            const int32_t e = s.ids[size_t(s.order[size_t(pos)])], i = s.wide_of[size_t(e)];
+            if (i >= 0) body(i, pos - s.first[size_t(e)], pos);
+        }
+    });
+}
+
+// Each wide expert's packed inputs: x's rows of its tokens, in s.xt[i].
+void wide_inputs(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool, MoeScratch& s) {
+    for (size_t i = 0; i < s.wide.size(); ++i) {
+        const int64_t n = pairs_of(s, s.wide[i]);
+        s.xt[i].reset(n, w.n_embd, n <= gemv_max_tokens(*w.q_gate));
+    }
+    wide_pairs(s, pool, [&](int32_t i, int64_t j, int64_t pos) {
+        s.xt[i].pack(j, x + s.order[size_t(pos)] / o.n_used * w.n_embd);
+    });
+}
+
+// The gate and up panels of every wide expert into s.gate and s.up ([nt * k][n_ff], grouped order), expert
+// after expert, its gate and up panels alternating.
+void wide_gate_up(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (f + i16::kRows - 1) / i16::kRows;
+    pool.for_each_dynamic(int64_t(s.wide.size()) * 2 * panels, [&](int64_t item, int) {
+        const int64_t i = item / (2 * panels), p = item % (2 * panels) / 2, e = s.wide[size_t(i)];
+        const bool up = item % 2;
+        const QuantTraits& q = up ? *w.q_up : *w.q_gate;
+        i16::panel(q, expert_rows(q, up ? w.up : w.gate, e, f, d), f, s.xt[size_t(i)], p,
+                   (up ? s.up : s.gate).data() + s.first[size_t(e)] * f,
+                   expert_bias(up ? w.b_up : w.b_gate, e, f));
+    });
+}
+
+// Each wide expert's hidden rows act(gate, up), packed for its down panels in s.ht[i].
+void wide_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, MoeScratch& s) {
+    const int64_t f = w.n_ff;
+    for (size_t i = 0; i < s.wide.size(); ++i) {
+        const int64_t n = pairs_of(s, s.wide[i]);
+        s.ht[i].reset(n, f, n <= gemv_max_tokens(*w.q_down));
+    }
+    wide_pairs(s, pool, [&](int32_t i, int64_t j, int64_t pos) {
+        float* g = s.gate.data() + pos * f;
+        activate(o.act, g, s.up.data() + pos * f, g, f, false);
+        s.ht[i].pack(j, g);
+    });
+}
+
+// The down panels of every wide expert into s.out ([nt * k][n_embd], grouped order), expert after expert.
+void wide_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (d + i16::kRows - 1) / i16::kRows;
+    pool.for_each_dynamic(int64_t(s.wide.size()) * panels, [&](int64_t item, int) {
+        const int64_t i = item / panels, e = s.wide[size_t(i)];
+        i16::panel(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), d, s.ht[size_t(i)], item % panels,
+                   s.out.data() + s.first[size_t(e)] * d, expert_bias(w.b_down, e, d));
+    });
+}
+
+// The experts whose three products take the int16 GEMM's arithmetic (int16_runs: prefill on AVX-512 VNNI,
+// and there every expert with `invariant`; the wide experts, s.wide), computed together: each expert's
+// tokens packed once for its gate and up rows (i16::Tokens: gemv's layout up to gemv_max_tokens tokens,
+// else gemm's), then one pool dispatch for the gate and up panels of all of them, one to activate and pack
+// the hidden rows and one for the down panels, each panel claimed by whichever thread is free. One matmul
+// per expert and product (expert_matmuls) packed x twice and left the threads idle at the end of each of
+// its dispatches. Each panel is i16::panel's arithmetic, as i16::gemm and i16::gemv compute it, so the
+// bits are those of expert_matmuls.
+void wide_products(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool,
+                   MoeScratch& s) {
+    if (s.xt.size() < s.wide.size()) s.xt.resize(s.wide.size()), s.ht.resize(s.wide.size());
+    wide_inputs(w, o, x, pool, s);
+    wide_gate_up(w, pool, s);
+    wide_hidden(w, o, pool, s);
+    wide_down(w, pool, s);
+}
+
 // y rows [r0, r1) of every token: sum_j p_j * out[its slot j], added in selection order.
 void combine_rows(const MoeScratch& s, int64_t nt, int64_t k, int64_t d, float* y, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < nt; ++t) {
@@ -255,16 +338,25 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
     s.gate.resize(size_t(slots * f));
     s.up.resize(size_t(slots * f));
     s.out.resize(size_t(slots * d));
-    s.fused.clear();
+    s.fused.clear(), s.wide.clear();
+    s.wide_of.assign(size_t(o.n_expert), -1);
+    const auto all = [&](auto runs, int64_t n) {
+        return runs(*w.q_gate, n, decode, invariant) && runs(*w.q_up, n, decode, invariant) &&
+               runs(*w.q_down, n, decode, invariant);
+    };
     for (int64_t e = 0; e < o.n_expert; ++e) {
-        const int64_t n = s.first[size_t(e + 1)] - s.first[size_t(e)];
+        const int64_t n = pairs_of(s, e);
         if (n == 0) continue;
-        if (int_dots_run(*w.q_gate, n, decode, invariant) && int_dots_run(*w.q_up, n, decode, invariant) &&
-            int_dots_run(*w.q_down, n, decode, invariant))
+        if (all(int_dots_run, n)) {
             s.fused.push_back(int32_t(e));
-        else
+        } else if (all(int16_runs, n)) {
+            s.wide_of[size_t(e)] = int32_t(s.wide.size());
+            s.wide.push_back(int32_t(e));
+        } else {
             expert_matmuls(w, o, x, e, pool, decode, invariant, s);
+        }
     }
+    if (!s.wide.empty()) wide_products(w, o, x, pool, s);
     if (!s.fused.empty()) {
         const Fused c = fused_products(w, o, s, nt, decode);
         gate_up_pass(c, x, pool);

@@ -1,8 +1,9 @@
 // Mixture-of-experts FFN on the CPU (op::MoeFfn): each token's routing from its router logits, then the
 // experts' products grouped by expert, so each expert's weights are read once per forward for all the
 // tokens routed to it. Experts whose products take the integer dots (decode, small batches) run together,
-// one pool dispatch for all their gate and up rows and one for their down rows; the others take one
-// cpu::matmul per expert and projection over the gathered rows.
+// one pool dispatch for all their gate and up rows and one for their down rows; so do those whose products
+// take the int16 GEMM (prefill on AVX-512 VNNI), their weight panels claimed one at a time by the threads;
+// the others take one cpu::matmul per expert and projection over the gathered rows.
 //
 //   cpu::MoeExperts w{...};                    // the stacked weights, as the GGUF holds them
 //   cpu::moe_ffn(w, o, x, logits, nt, y, pool, decode, invariant, scratch);
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/gemm_i16.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/threadpool.h"
 #include "graph/op.h"
@@ -49,6 +51,9 @@ struct MoeScratch {
     std::vector<float> x, gate, up, out;
     std::vector<int32_t> fused;               // the experts computed together by the integer dots
     std::vector<uint8_t> xq_gate, xq_up, hq;  // their quantized inputs and activations (moe.cpp)
+    std::vector<int32_t> wide;                // the experts computed together by the int16 GEMM
+    std::vector<int32_t> wide_of;             // [n_expert] each expert's index in wide, or -1
+    std::vector<i16::Tokens> xt, ht;          // [wide] their packed inputs and activations (moe.cpp)
 };
 
 // y [nt][n_embd] = the MoE FFN of x [nt][n_embd] with router logits [nt][o.n_expert].
