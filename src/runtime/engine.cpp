@@ -106,7 +106,7 @@ CParams engine_cparams(const Model& m, const EngineParams& p, const AttnLayers& 
     c.kv_block = paged ? p.kv_block : 0;
     c.max_seqs = p.max_seqs;
     c.kv_type = p.kv_type;
-    if (window_blocks(l, p) < c.max_blocks()) c.window_ctx = window_blocks(l, p) * p.kv_block;
+    if (const int64_t w = window_blocks(l, p); w < c.max_blocks()) c.window_ctx = w * p.kv_block;
     // The fusions depend on the token count (QKV up to 64, FFN one): an invariant row takes the unfused
     // chain at every width.
     if (p.batch_invariant) c.fuse_qkv = c.fuse_ffn = false;
