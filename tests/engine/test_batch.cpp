@@ -327,6 +327,34 @@ TEST(BatchInvariance, MixedWindowLayersKeepOnlyTheirWindow) {
         << "no fewer blocks than the context's";
 }
 
+// A fork of a sequence that mixes window and global layers shares its blocks in both pools; each side
+// copies the shared partial block of each pool (in that pool's regions) before writing, and both equal
+// their streams run alone.
+TEST(BatchInvariance, ForkInBothPoolsEqualsAlone) {
+    TempDir dir;
+    write_synth_model(windowed_spec("gemma3", 6), dir.file("mixed.gguf"));
+    const auto m = Model::load(dir.file("mixed.gguf"));
+    std::mt19937 rng(11);
+    const std::vector<int32_t> prompt = random_ids(rng, 50, m->hp.n_vocab);  // a partial second block
+    Engine e(*m, params(2, 2048));
+    ASSERT_NE(e.window_pool(), nullptr);
+    const SeqId a = e.open();
+    const Engine::Chunk first{a, prompt, 1};
+    e.forward({&first, 1});
+    const SeqId b = e.fork(a);
+    const auto nv = size_t(m->hp.n_vocab);
+    for (const SeqId s : {a, b}) {
+        const std::vector<int32_t> next = random_ids(rng, 5, m->hp.n_vocab);
+        std::vector<int32_t> stream = prompt;
+        stream.insert(stream.end(), next.begin(), next.end());
+        const Alone alone = run_alone(*m, stream, 1, GgmlType::F32);
+        const Engine::Chunk c{s, next, 5};
+        const std::span<const float> l = e.forward({&c, 1});
+        EXPECT_TRUE(same_bits(l, std::span(alone.logits).subspan(prompt.size() * nv, 5 * nv)))
+            << "sequence " << s;
+    }
+}
+
 // A prefix whose global blocks are cached but whose window blocks were evicted is reused only as far
 // as its window blocks are cached (here not at all): the sequence recomputes the rest and equals its run
 // alone.
