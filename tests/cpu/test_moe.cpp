@@ -222,10 +222,26 @@ TEST(MoeFfn, EqualsMatmulsPerExpert) {
     }
 }
 
+// moe_ffn of nt random tokens against one cpu::matmul per expert (memcmp), with routing skewed so that
+// one call mixes experts of one token, a few, and many: experts 0 and 1 favoured, the last one shunned.
+void expect_prefill_equals_matmuls(const cpu::MoeExperts& w, const op::MoeFfn& o, int64_t nt, DecodeDot dot,
+                                   bool invariant, std::mt19937& rng, ThreadPool& pool) {
+    const int64_t d = w.n_embd, n_expert = o.n_expert;
+    const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
+    std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
+    for (int64_t t = 0; t < nt; ++t)
+        logits[size_t(t * n_expert)] += 2, logits[size_t(t * n_expert + 1)] += 1,
+            logits[size_t(t * n_expert + n_expert - 1)] -= 3;
+    std::vector<float> got(size_t(nt * d));
+    cpu::MoeScratch s;
+    cpu::moe_ffn(w, o, x.data(), logits.data(), nt, got.data(), pool, dot, invariant, s);
+    const std::vector<float> want = moe_by_matmuls(w, o, x, logits, nt, pool, dot, invariant);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
 // Prefill batches, where on AVX-512 VNNI the experts of several tokens take the int16 GEMM together
 // (gemv's layout up to gemv_max_tokens tokens, gemm's groups of 12 beyond): each row has the bits of
-// cpu::matmul on that expert's tokens, with routing skewed so that one call mixes experts of one token,
-// a few, and many (several groups), with and without invariance.
+// cpu::matmul on that expert's tokens, with and without invariance.
 TEST(MoeFfn, PrefillEqualsMatmulsPerExpert) {
     std::mt19937 rng(29);
     ThreadPool pool(2);
@@ -239,19 +255,40 @@ TEST(MoeFfn, PrefillEqualsMatmulsPerExpert) {
             for (const int64_t nt : {6, 24, 64, 200}) {
                 SCOPED_TRACE(std::string(ggml_type_name(type)) + "/" + ggml_type_name(down) + ", " +
                              std::to_string(nt) + " tokens" + (invariant ? ", invariant" : ""));
-                const std::vector<float> x = random_floats(rng, nt * d, -1, 1);
-                std::vector<float> logits = random_floats(rng, nt * n_expert, -2, 2);
-                for (int64_t t = 0; t < nt; ++t)  // experts 0 and 1 favoured, 15 shunned
-                    logits[size_t(t * n_expert)] += 2, logits[size_t(t * n_expert + 1)] += 1,
-                        logits[size_t(t * n_expert + 15)] -= 3;
-                std::vector<float> got(size_t(nt * d));
-                cpu::MoeScratch s;
-                cpu::moe_ffn(ex.w, o, x.data(), logits.data(), nt, got.data(), pool, DecodeDot::Int8x2,
-                             invariant, s);
-                const std::vector<float> want =
-                    moe_by_matmuls(ex.w, o, x, logits, nt, pool, DecodeDot::Int8x2, invariant);
-                ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+                expect_prefill_equals_matmuls(ex.w, o, nt, DecodeDot::Int8x2, invariant, rng, pool);
             }
+    }
+}
+
+// Prefill batches where the experts take the f32 tiles together: DecodeDot::F32 on every CPU with AVX2,
+// and int8x2 where the int16 GEMM does not run (AVX2 alone, or MINFER_NO_AVX512=1) for experts of more
+// than kIntDotMaxTokens tokens. Each row has the bits of cpu::matmul on that expert's tokens; the F32
+// experts of 200 x 72 end in partial panels, and with int8x2 take the f32 dots for one token.
+TEST(MoeFfn, TiledPrefillEqualsMatmulsPerExpert) {
+    std::mt19937 rng(31);
+    ThreadPool pool(2);
+    const int64_t n_expert = 16;
+    struct Case {
+        GgmlType type, down;
+        int64_t d, f;
+        bool oai;  // biases and gpt-oss's gating and activation
+    };
+    for (const Case& c : {Case{GgmlType::Q4_K, GgmlType::Q6_K, 512, 256, false},
+                          Case{GgmlType::Q8_0, GgmlType::Q5_0, 256, 128, true},
+                          Case{GgmlType::F32, GgmlType::F32, 200, 72, false}}) {
+        Experts ex(c.type, c.down, c.d, c.f, n_expert, rng);
+        if (c.oai) ex.add_biases(rng);
+        const op::MoeFfn o{n_expert, 4, c.oai ? ExpertGating::SoftmaxWeight : ExpertGating::Softmax, true,
+                           c.oai ? ExpertAct::SwiGLUOai : ExpertAct::SwiGLU};
+        for (const DecodeDot dot : {DecodeDot::F32, DecodeDot::Int8x2})
+            for (const bool invariant : {false, true})
+                for (const int64_t nt : {6, 64, 200}) {
+                    SCOPED_TRACE(std::string(ggml_type_name(c.type)) + "/" + ggml_type_name(c.down) + ", " +
+                                 std::to_string(nt) + " tokens, " +
+                                 (dot == DecodeDot::F32 ? "f32" : "int8x2") +
+                                 (invariant ? ", invariant" : ""));
+                    expect_prefill_equals_matmuls(ex.w, o, nt, dot, invariant, rng, pool);
+                }
     }
 }
 

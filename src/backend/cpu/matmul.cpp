@@ -84,7 +84,7 @@ const float* pack_activations(const float* x, int64_t nt, int64_t n_in, ThreadPo
     thread_local std::vector<float> buf;
     constexpr int64_t kGroup = avx2::kPanelTokens;
     const int64_t groups = (nt + kGroup - 1) / kGroup;
-    const auto floats = size_t(groups * kGroup * n_in);
+    const size_t floats = tile_pack_floats(nt, n_in);
     if (buf.size() < floats) buf.resize(floats);
     float* xp = buf.data();
     pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
@@ -207,6 +207,26 @@ bool int_dots_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invar
 
 bool int16_runs(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant) {
     return matmul_path(q, nt, decode, invariant) == Path::Int16;
+}
+
+bool tiles_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant) {
+    return matmul_path(q, nt, decode, invariant) == Path::Tiles;
+}
+
+size_t tile_pack_floats(int64_t nt, int64_t n_in) {
+    return size_t((nt + avx2::kPanelTokens - 1) / avx2::kPanelTokens * avx2::kPanelTokens * n_in);
+}
+
+void tile_pack(const float* x, int64_t nt, int64_t n_in, float* xp) {
+    avx2::pack_tokens(x, nt, n_in, xp);
+}
+
+void tile_panel(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* xp, int64_t nt,
+                int64_t p, float* y, const float* bias) {
+    static_assert(kTileRows == avx2::kPanelRows);
+    const MatmulArgs a{
+        q, static_cast<const uint8_t*>(w), quant_row_bytes(q, n_in), n_in, n_out, nullptr, nt, y, bias};
+    tiled_rows(a, xp, panel_micros(), p * kTileRows, std::min(n_out, (p + 1) * kTileRows));
 }
 
 IntDot int_dot(const QuantTraits& q, DecodeDot decode, int64_t n_in) {

@@ -78,6 +78,20 @@ struct IntDotProduct {
 };
 void int_dot_rows(const IntDot& d, const IntDotProduct& p, int64_t o0, int64_t o1);
 
+// Whether matmul of nt columns of q runs the f32 tiles (weights dequantized against packed f32 x).
+bool tiles_run(const QuantTraits& q, int64_t nt, DecodeDot decode, bool invariant);
+
+// matmul's f32 tiles a weight panel at a time, for callers that gather many products' panels into one
+// pool dispatch (cpu::moe_ffn): nt columns of x [nt][n_in] packed once by tile_pack into xp
+// (tile_pack_floats(nt, n_in) floats), then tile_panel computes rows p * kTileRows .. (at most
+// kTileRows, below n_out) of y [nt][n_out] (+ bias), on the calling thread, each output bit for bit what
+// matmul computes where tiles_run.
+inline constexpr int64_t kTileRows = 16;
+size_t tile_pack_floats(int64_t nt, int64_t n_in);
+void tile_pack(const float* x, int64_t nt, int64_t n_in, float* xp);
+void tile_panel(const QuantTraits& q, const void* w, int64_t n_in, int64_t n_out, const float* xp, int64_t nt,
+                int64_t p, float* y, const float* bias);
+
 // Weight bytes a thread of the row-wise paths claims at a time (ThreadPool::parallel_for_stealing): long
 // enough to keep the hardware prefetcher streaming.
 inline constexpr size_t kDotChunkBytes = 32 << 10;

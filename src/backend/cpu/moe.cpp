@@ -52,8 +52,8 @@ int64_t pairs_of(const MoeScratch& s, int64_t e) {
 }
 
 // Expert e's products through cpu::matmul, one after another: its tokens' rows gathered into s.x, then
-// gate and up, the activation and down into its slots' rows of s.out. For experts whose products take
-// neither the integer dots nor the int16 GEMM (the f32 tiles and dots).
+// gate and up, the activation and down into its slots' rows of s.out. For experts whose three products do
+// not all take the same one of the integer dots, the int16 GEMM and the f32 tiles (the f32 dots, mixed).
 void expert_matmuls(const MoeExperts& w, const op::MoeFfn& o, const float* x, int64_t e, ThreadPool& pool,
                     DecodeDot decode, bool invariant, MoeScratch& s) {
     const int64_t k = o.n_used, d = w.n_embd, f = w.n_ff;
@@ -284,6 +284,80 @@ void wide_products(const MoeExperts& w, const op::MoeFfn& o, const float* x, Thr
     wide_down(w, pool, s);
 }
 
+// Where each tiled expert's packed columns begin in s.xp and s.hp, in columns (tile_pack's groups rounded
+// up), and those buffers sized to match.
+void tiled_layout(const MoeExperts& w, MoeScratch& s) {
+    s.packed_at.assign(1, 0);
+    for (const int32_t e : s.tiled)
+        s.packed_at.push_back(s.packed_at.back() + int64_t(tile_pack_floats(pairs_of(s, e), 1)));
+    s.xp.resize(size_t(s.packed_at.back() * w.n_embd));
+    s.hp.resize(size_t(s.packed_at.back() * w.n_ff));
+}
+
+// Each tiled expert's inputs: x's rows of its tokens gathered into s.x (grouped order), packed into s.xp.
+void tiled_inputs(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool, MoeScratch& s) {
+    const int64_t d = w.n_embd;
+    pool.for_each_dynamic(int64_t(s.tiled.size()), [&](int64_t i, int) {
+        const int64_t e = s.tiled[size_t(i)], b = s.first[size_t(e)], n = pairs_of(s, e);
+        float* xe = s.x.data() + b * d;
+        for (int64_t j = 0; j < n; ++j) std::copy_n(x + s.order[size_t(b + j)] / o.n_used * d, d, xe + j * d);
+        tile_pack(xe, n, d, s.xp.data() + s.packed_at[size_t(i)] * d);
+    });
+}
+
+// The gate and up panels of every tiled expert into s.gate and s.up, expert after expert, its gate and up
+// panels alternating.
+void tiled_gate_up(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (f + kTileRows - 1) / kTileRows;
+    pool.for_each_dynamic(int64_t(s.tiled.size()) * 2 * panels, [&](int64_t item, int) {
+        const int64_t i = item / (2 * panels), p = item % (2 * panels) / 2, e = s.tiled[size_t(i)];
+        const bool up = item % 2;
+        const QuantTraits& q = up ? *w.q_up : *w.q_gate;
+        tile_panel(q, expert_rows(q, up ? w.up : w.gate, e, f, d), d, f,
+                   s.xp.data() + s.packed_at[size_t(i)] * d, pairs_of(s, e), p,
+                   (up ? s.up : s.gate).data() + s.first[size_t(e)] * f,
+                   expert_bias(up ? w.b_up : w.b_gate, e, f));
+    });
+}
+
+// Each tiled expert's hidden rows act(gate, up) in s.gate, packed for its down panels into s.hp.
+void tiled_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, MoeScratch& s) {
+    const int64_t f = w.n_ff;
+    pool.for_each_dynamic(int64_t(s.tiled.size()), [&](int64_t i, int) {
+        const int64_t e = s.tiled[size_t(i)], b = s.first[size_t(e)], n = pairs_of(s, e);
+        float* g = s.gate.data() + b * f;
+        for (int64_t j = 0; j < n; ++j)
+            activate(o.act, g + j * f, s.up.data() + (b + j) * f, g + j * f, f, false);
+        tile_pack(g, n, f, s.hp.data() + s.packed_at[size_t(i)] * f);
+    });
+}
+
+// The down panels of every tiled expert into s.out, expert after expert.
+void tiled_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (d + kTileRows - 1) / kTileRows;
+    pool.for_each_dynamic(int64_t(s.tiled.size()) * panels, [&](int64_t item, int) {
+        const int64_t i = item / panels, e = s.tiled[size_t(i)];
+        tile_panel(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), f, d,
+                   s.hp.data() + s.packed_at[size_t(i)] * f, pairs_of(s, e), item % panels,
+                   s.out.data() + s.first[size_t(e)] * d, expert_bias(w.b_down, e, d));
+    });
+}
+
+// The experts whose three products take the f32 tiles (tiles_run: prefill without the int16 GEMM, e.g.
+// AVX2, beyond the integer dots' kIntDotMaxTokens tokens; the tiled experts, s.tiled), computed together
+// as wide_products does for the int16 GEMM: each expert's tokens packed once for its gate and up panels,
+// one pool dispatch for the gate and up panels of all of them, one to activate and pack the hidden rows
+// and one for the down panels, each panel claimed by whichever thread is free. Each panel is
+// tile_panel's arithmetic, as matmul computes it, so the bits are those of expert_matmuls.
+void tiled_products(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool,
+                    MoeScratch& s) {
+    tiled_layout(w, s);
+    tiled_inputs(w, o, x, pool, s);
+    tiled_gate_up(w, pool, s);
+    tiled_hidden(w, o, pool, s);
+    tiled_down(w, pool, s);
+}
+
 // y rows [r0, r1) of every token: sum_j p_j * out[its slot j], added in selection order.
 void combine_rows(const MoeScratch& s, int64_t nt, int64_t k, int64_t d, float* y, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < nt; ++t) {
@@ -338,7 +412,7 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
     s.gate.resize(size_t(slots * f));
     s.up.resize(size_t(slots * f));
     s.out.resize(size_t(slots * d));
-    s.fused.clear(), s.wide.clear();
+    s.fused.clear(), s.wide.clear(), s.tiled.clear();
     s.wide_of.assign(size_t(o.n_expert), -1);
     const auto all = [&](auto runs, int64_t n) {
         return runs(*w.q_gate, n, decode, invariant) && runs(*w.q_up, n, decode, invariant) &&
@@ -352,11 +426,14 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
         } else if (all(int16_runs, n)) {
             s.wide_of[size_t(e)] = int32_t(s.wide.size());
             s.wide.push_back(int32_t(e));
+        } else if (all(tiles_run, n)) {
+            s.tiled.push_back(int32_t(e));
         } else {
             expert_matmuls(w, o, x, e, pool, decode, invariant, s);
         }
     }
     if (!s.wide.empty()) wide_products(w, o, x, pool, s);
+    if (!s.tiled.empty()) tiled_products(w, o, x, pool, s);
     if (!s.fused.empty()) {
         const Fused c = fused_products(w, o, s, nt, decode);
         gate_up_pass(c, x, pool);

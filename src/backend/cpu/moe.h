@@ -2,8 +2,9 @@
 // experts' products grouped by expert, so each expert's weights are read once per forward for all the
 // tokens routed to it. Experts whose products take the integer dots (decode, small batches) run together,
 // one pool dispatch for all their gate and up rows and one for their down rows; so do those whose products
-// take the int16 GEMM (prefill on AVX-512 VNNI), their weight panels claimed one at a time by the threads;
-// the others take one cpu::matmul per expert and projection over the gathered rows.
+// take the int16 GEMM (prefill on AVX-512 VNNI) or the f32 tiles (prefill elsewhere), their weight panels
+// claimed one at a time by the threads; the others take one cpu::matmul per expert and projection over the
+// gathered rows.
 //
 //   cpu::MoeExperts w{...};                    // the stacked weights, as the GGUF holds them
 //   cpu::moe_ffn(w, o, x, logits, nt, y, pool, decode, invariant, scratch);
@@ -54,6 +55,9 @@ struct MoeScratch {
     std::vector<int32_t> wide;                // the experts computed together by the int16 GEMM
     std::vector<int32_t> wide_of;             // [n_expert] each expert's index in wide, or -1
     std::vector<i16::Tokens> xt, ht;          // [wide] their packed inputs and activations (moe.cpp)
+    std::vector<int32_t> tiled;               // the experts computed together by the f32 tiles
+    std::vector<int64_t> packed_at;           // [tiled + 1] where each one's packed columns begin
+    std::vector<float> xp, hp;                // their packed inputs and activations (moe.cpp)
 };
 
 // y [nt][n_embd] = the MoE FFN of x [nt][n_embd] with router logits [nt][o.n_expert].
