@@ -206,6 +206,35 @@ void down_pass(const Fused& c, ThreadPool& pool) {
                     });
 }
 
+// The gate and up panels (`rows` rows each) of every expert of `group` into s.gate and s.up ([nt * k][n_ff],
+// grouped order), expert after expert, its gate and up panels alternating, each claimed by whichever
+// thread is free: panel(q, weights, i, p, y, bias) computes panel p of the i-th expert of the group.
+template <class Panel>
+void gate_up_panels(const MoeExperts& w, const std::vector<int32_t>& group, int64_t rows, ThreadPool& pool,
+                    MoeScratch& s, Panel&& panel) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (f + rows - 1) / rows;
+    pool.for_each_dynamic(int64_t(group.size()) * 2 * panels, [&](int64_t item, int) {
+        const int64_t i = item / (2 * panels), p = item % (2 * panels) / 2, e = group[size_t(i)];
+        const bool up = item % 2;
+        const QuantTraits& q = up ? *w.q_up : *w.q_gate;
+        panel(q, expert_rows(q, up ? w.up : w.gate, e, f, d), i, p,
+              (up ? s.up : s.gate).data() + s.first[size_t(e)] * f,
+              expert_bias(up ? w.b_up : w.b_gate, e, f));
+    });
+}
+
+// The down panels of every expert of `group` into s.out ([nt * k][n_embd], grouped order), likewise.
+template <class Panel>
+void down_panels(const MoeExperts& w, const std::vector<int32_t>& group, int64_t rows, ThreadPool& pool,
+                 MoeScratch& s, Panel&& panel) {
+    const int64_t d = w.n_embd, f = w.n_ff, panels = (d + rows - 1) / rows;
+    pool.for_each_dynamic(int64_t(group.size()) * panels, [&](int64_t item, int) {
+        const int64_t i = item / panels, e = group[size_t(i)];
+        panel(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), i, item % panels,
+              s.out.data() + s.first[size_t(e)] * d, expert_bias(w.b_down, e, d));
+    });
+}
+
 // body(i, j, pos) for every pair of a wide expert, split between the threads: pos its index in the
 // grouped order, the j-th pair of wide expert i.
 template <class F>
@@ -229,20 +258,6 @@ void wide_inputs(const MoeExperts& w, const op::MoeFfn& o, const float* x, Threa
     });
 }
 
-// The gate and up panels of every wide expert into s.gate and s.up ([nt * k][n_ff], grouped order), expert
-// after expert, its gate and up panels alternating.
-void wide_gate_up(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
-    const int64_t d = w.n_embd, f = w.n_ff, panels = (f + i16::kRows - 1) / i16::kRows;
-    pool.for_each_dynamic(int64_t(s.wide.size()) * 2 * panels, [&](int64_t item, int) {
-        const int64_t i = item / (2 * panels), p = item % (2 * panels) / 2, e = s.wide[size_t(i)];
-        const bool up = item % 2;
-        const QuantTraits& q = up ? *w.q_up : *w.q_gate;
-        i16::panel(q, expert_rows(q, up ? w.up : w.gate, e, f, d), f, s.xt[size_t(i)], p,
-                   (up ? s.up : s.gate).data() + s.first[size_t(e)] * f,
-                   expert_bias(up ? w.b_up : w.b_gate, e, f));
-    });
-}
-
 // Each wide expert's hidden rows act(gate, up), packed for its down panels in s.ht[i].
 void wide_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, MoeScratch& s) {
     const int64_t f = w.n_ff;
@@ -257,16 +272,6 @@ void wide_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, Moe
     });
 }
 
-// The down panels of every wide expert into s.out ([nt * k][n_embd], grouped order), expert after expert.
-void wide_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
-    const int64_t d = w.n_embd, f = w.n_ff, panels = (d + i16::kRows - 1) / i16::kRows;
-    pool.for_each_dynamic(int64_t(s.wide.size()) * panels, [&](int64_t item, int) {
-        const int64_t i = item / panels, e = s.wide[size_t(i)];
-        i16::panel(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), d, s.ht[size_t(i)], item % panels,
-                   s.out.data() + s.first[size_t(e)] * d, expert_bias(w.b_down, e, d));
-    });
-}
-
 // The experts whose three products take the int16 GEMM's arithmetic (int16_runs: prefill on AVX-512 VNNI,
 // and there every expert with `invariant`; the wide experts, s.wide), computed together: each expert's
 // tokens packed once for its gate and up rows (i16::Tokens: gemv's layout up to gemv_max_tokens tokens,
@@ -278,10 +283,15 @@ void wide_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
 void wide_products(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool,
                    MoeScratch& s) {
     if (s.xt.size() < s.wide.size()) s.xt.resize(s.wide.size()), s.ht.resize(s.wide.size());
+    const int64_t d = w.n_embd, f = w.n_ff;
     wide_inputs(w, o, x, pool, s);
-    wide_gate_up(w, pool, s);
+    gate_up_panels(w, s.wide, i16::kRows, pool, s,
+                   [&](const QuantTraits& q, const uint8_t* rows, int64_t i, int64_t p, float* y,
+                       const float* b) { i16::panel(q, rows, f, s.xt[size_t(i)], p, y, b); });
     wide_hidden(w, o, pool, s);
-    wide_down(w, pool, s);
+    down_panels(w, s.wide, i16::kRows, pool, s,
+                [&](const QuantTraits& q, const uint8_t* rows, int64_t i, int64_t p, float* y,
+                    const float* b) { i16::panel(q, rows, d, s.ht[size_t(i)], p, y, b); });
 }
 
 // Where each tiled expert's packed columns begin in s.xp and s.hp, in columns (tile_pack's groups rounded
@@ -305,21 +315,6 @@ void tiled_inputs(const MoeExperts& w, const op::MoeFfn& o, const float* x, Thre
     });
 }
 
-// The gate and up panels of every tiled expert into s.gate and s.up, expert after expert, its gate and up
-// panels alternating.
-void tiled_gate_up(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
-    const int64_t d = w.n_embd, f = w.n_ff, panels = (f + kTileRows - 1) / kTileRows;
-    pool.for_each_dynamic(int64_t(s.tiled.size()) * 2 * panels, [&](int64_t item, int) {
-        const int64_t i = item / (2 * panels), p = item % (2 * panels) / 2, e = s.tiled[size_t(i)];
-        const bool up = item % 2;
-        const QuantTraits& q = up ? *w.q_up : *w.q_gate;
-        tile_panel(q, expert_rows(q, up ? w.up : w.gate, e, f, d), d, f,
-                   s.xp.data() + s.packed_at[size_t(i)] * d, pairs_of(s, e), p,
-                   (up ? s.up : s.gate).data() + s.first[size_t(e)] * f,
-                   expert_bias(up ? w.b_up : w.b_gate, e, f));
-    });
-}
-
 // Each tiled expert's hidden rows act(gate, up) in s.gate, packed for its down panels into s.hp.
 void tiled_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, MoeScratch& s) {
     const int64_t f = w.n_ff;
@@ -332,17 +327,6 @@ void tiled_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, Mo
     });
 }
 
-// The down panels of every tiled expert into s.out, expert after expert.
-void tiled_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
-    const int64_t d = w.n_embd, f = w.n_ff, panels = (d + kTileRows - 1) / kTileRows;
-    pool.for_each_dynamic(int64_t(s.tiled.size()) * panels, [&](int64_t item, int) {
-        const int64_t i = item / panels, e = s.tiled[size_t(i)];
-        tile_panel(*w.q_down, expert_rows(*w.q_down, w.down, e, d, f), f, d,
-                   s.hp.data() + s.packed_at[size_t(i)] * f, pairs_of(s, e), item % panels,
-                   s.out.data() + s.first[size_t(e)] * d, expert_bias(w.b_down, e, d));
-    });
-}
-
 // The experts whose three products take the f32 tiles (tiles_run: prefill without the int16 GEMM, e.g.
 // AVX2, beyond the integer dots' kIntDotMaxTokens tokens; the tiled experts, s.tiled), computed together
 // as wide_products does for the int16 GEMM: each expert's tokens packed once for its gate and up panels,
@@ -351,11 +335,22 @@ void tiled_down(const MoeExperts& w, ThreadPool& pool, MoeScratch& s) {
 // tile_panel's arithmetic, as matmul computes it, so the bits are those of expert_matmuls.
 void tiled_products(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool,
                     MoeScratch& s) {
+    const int64_t d = w.n_embd, f = w.n_ff;
     tiled_layout(w, s);
     tiled_inputs(w, o, x, pool, s);
-    tiled_gate_up(w, pool, s);
+    gate_up_panels(
+        w, s.tiled, kTileRows, pool, s,
+        [&](const QuantTraits& q, const uint8_t* rows, int64_t i, int64_t p, float* y, const float* b) {
+            tile_panel(q, rows, d, f, s.xp.data() + s.packed_at[size_t(i)] * d,
+                       pairs_of(s, s.tiled[size_t(i)]), p, y, b);
+        });
     tiled_hidden(w, o, pool, s);
-    tiled_down(w, pool, s);
+    down_panels(
+        w, s.tiled, kTileRows, pool, s,
+        [&](const QuantTraits& q, const uint8_t* rows, int64_t i, int64_t p, float* y, const float* b) {
+            tile_panel(q, rows, f, d, s.hp.data() + s.packed_at[size_t(i)] * f,
+                       pairs_of(s, s.tiled[size_t(i)]), p, y, b);
+        });
 }
 
 // y rows [r0, r1) of every token: sum_j p_j * out[its slot j], added in selection order.
