@@ -235,40 +235,29 @@ void down_panels(const MoeExperts& w, const std::vector<int32_t>& group, int64_t
     });
 }
 
-// body(i, j, pos) for every pair of a wide expert, split between the threads: pos its index in the
-// grouped order, the j-th pair of wide expert i.
-template <class F>
-void wide_pairs(const MoeScratch& s, ThreadPool& pool, F&& body) {
-    pool.parallel_for(int64_t(s.order.size()), [&](int64_t p0, int64_t p1) {
-        for (int64_t pos = p0; pos < p1; ++pos) {
-            const int32_t e = s.ids[size_t(s.order[size_t(pos)])], i = s.wide_of[size_t(e)];
-            if (i >= 0) body(i, pos - s.first[size_t(e)], pos);
-        }
-    });
-}
-
-// Each wide expert's packed inputs: x's rows of its tokens, in s.xt[i].
+// Each wide expert's packed inputs: x's rows of its tokens, in s.xt[i], an expert per task.
 void wide_inputs(const MoeExperts& w, const op::MoeFfn& o, const float* x, ThreadPool& pool, MoeScratch& s) {
-    for (size_t i = 0; i < s.wide.size(); ++i) {
-        const int64_t n = pairs_of(s, s.wide[i]);
-        s.xt[i].reset(n, w.n_embd, n <= gemv_max_tokens(*w.q_gate));
-    }
-    wide_pairs(s, pool, [&](int32_t i, int64_t j, int64_t pos) {
-        s.xt[i].pack(j, x + s.order[size_t(pos)] / o.n_used * w.n_embd);
+    const int64_t d = w.n_embd;
+    pool.for_each_dynamic(int64_t(s.wide.size()), [&](int64_t i, int) {
+        const int64_t e = s.wide[size_t(i)], b = s.first[size_t(e)], n = pairs_of(s, e);
+        i16::Tokens& xt = s.xt[size_t(i)];
+        xt.reset(n, d, n <= gemv_max_tokens(*w.q_gate));
+        for (int64_t j = 0; j < n; ++j) xt.pack(j, x + s.order[size_t(b + j)] / o.n_used * d);
     });
 }
 
-// Each wide expert's hidden rows act(gate, up), packed for its down panels in s.ht[i].
+// Each wide expert's hidden rows act(gate, up), packed for its down panels in s.ht[i], an expert per task.
 void wide_hidden(const MoeExperts& w, const op::MoeFfn& o, ThreadPool& pool, MoeScratch& s) {
     const int64_t f = w.n_ff;
-    for (size_t i = 0; i < s.wide.size(); ++i) {
-        const int64_t n = pairs_of(s, s.wide[i]);
-        s.ht[i].reset(n, f, n <= gemv_max_tokens(*w.q_down));
-    }
-    wide_pairs(s, pool, [&](int32_t i, int64_t j, int64_t pos) {
-        float* g = s.gate.data() + pos * f;
-        activate(o.act, g, s.up.data() + pos * f, g, f, false);
-        s.ht[i].pack(j, g);
+    pool.for_each_dynamic(int64_t(s.wide.size()), [&](int64_t i, int) {
+        const int64_t e = s.wide[size_t(i)], b = s.first[size_t(e)], n = pairs_of(s, e);
+        i16::Tokens& ht = s.ht[size_t(i)];
+        ht.reset(n, f, n <= gemv_max_tokens(*w.q_down));
+        for (int64_t j = 0; j < n; ++j) {
+            float* g = s.gate.data() + (b + j) * f;
+            activate(o.act, g, s.up.data() + (b + j) * f, g, f, false);
+            ht.pack(j, g);
+        }
     });
 }
 
@@ -408,7 +397,6 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
     s.up.resize(size_t(slots * f));
     s.out.resize(size_t(slots * d));
     s.fused.clear(), s.wide.clear(), s.tiled.clear();
-    s.wide_of.assign(size_t(o.n_expert), -1);
     const auto all = [&](auto runs, int64_t n) {
         return runs(*w.q_gate, n, decode, invariant) && runs(*w.q_up, n, decode, invariant) &&
                runs(*w.q_down, n, decode, invariant);
@@ -419,7 +407,6 @@ void moe_ffn(const MoeExperts& w, const op::MoeFfn& o, const float* x, const flo
         if (all(int_dots_run, n)) {
             s.fused.push_back(int32_t(e));
         } else if (all(int16_runs, n)) {
-            s.wide_of[size_t(e)] = int32_t(s.wide.size());
             s.wide.push_back(int32_t(e));
         } else if (all(tiles_run, n)) {
             s.tiled.push_back(int32_t(e));

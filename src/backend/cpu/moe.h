@@ -53,7 +53,6 @@ struct MoeScratch {
     std::vector<int32_t> fused;               // the experts computed together by the integer dots
     std::vector<uint8_t> xq_gate, xq_up, hq;  // their quantized inputs and activations (moe.cpp)
     std::vector<int32_t> wide;                // the experts computed together by the int16 GEMM
-    std::vector<int32_t> wide_of;             // [n_expert] each expert's index in wide, or -1
     std::vector<i16::Tokens> xt, ht;          // [wide] their packed inputs and activations (moe.cpp)
     std::vector<int32_t> tiled;               // the experts computed together by the f32 tiles
     std::vector<int64_t> packed_at;           // [tiled + 1] where each one's packed columns begin
