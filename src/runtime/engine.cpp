@@ -484,7 +484,7 @@ void Engine::release_outside_window(Sequence& q) {
 
 void Engine::check_batch(std::span<const Chunk> batch) const {
     if (batch.empty()) throw Error("forward: no tokens");
-    int64_t total = 0, blocks = 0, window_blocks = 0;
+    int64_t total = 0, blocks = 0, window_need = 0;
     std::vector<bool> seen(seqs_.size(), false);
     for (const Chunk& c : batch) {
         const Sequence& q = seq(c.seq);
@@ -503,8 +503,7 @@ void Engine::check_batch(std::span<const Chunk> batch) const {
                             std::to_string(model_.hp.n_vocab) + ")");
         total += n;
         blocks += blocks_needed(c.seq, n);
-        if (window_pool_)
-            window_blocks += blocks_needed(q.window, *window_pool_, int64_t(q.tokens.size()), n);
+        if (window_pool_) window_need += blocks_needed(q.window, *window_pool_, int64_t(q.tokens.size()), n);
     }
     if (total > n_ubatch_)
         throw Error("forward: " + std::to_string(total) + " tokens exceed the micro-batch of " +
@@ -512,9 +511,9 @@ void Engine::check_batch(std::span<const Chunk> batch) const {
     if (blocks > pool_.n_free())
         throw Error("out of KV cache blocks: the batch needs " + std::to_string(blocks) + ", " +
                     std::to_string(pool_.n_free()) + " are free");
-    if (window_pool_ && window_blocks > window_pool_->n_free())  // sized so that this never happens
-        throw Error("out of sliding-window KV blocks: the batch needs " + std::to_string(window_blocks) +
-                    ", " + std::to_string(window_pool_->n_free()) + " are free");
+    if (window_pool_ && window_need > window_pool_->n_free())  // sized so that this never happens
+        throw Error("out of sliding-window KV blocks: the batch needs " + std::to_string(window_need) + ", " +
+                    std::to_string(window_pool_->n_free()) + " are free");
 }
 
 Engine::Plan Engine::plan(std::span<const Chunk> batch) const {
