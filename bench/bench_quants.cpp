@@ -4,7 +4,8 @@
 // matrix-vector product, rows of 4096 weights. bytes_per_second counts weight bytes read. Two sizes: 256 KiB
 // of weights (L2 resident: kernel compute speed) and 256 MiB (streamed from DRAM: what decode sees on a real
 // model). matmul/ times the threaded matrix multiply (2 threads) with and without `invariant` on
-// qwen2.5-0.5B's FFN down projection (4864 in, 896 out) for several token counts. moe/ times cpu::moe_ffn
+// qwen2.5-0.5B's FFN down projection (4864 in, 896 out) for several token counts. The low-bit formats take
+// their int8x2 dots only where AVX-512 runs (dot_x2/ is then missing for them). moe/ times cpu::moe_ffn
 // (2 threads) at Qwen3-30B-A3B's shapes (128 experts of 768, 8 used, n_embd 2048) for a prefill's tokens.
 #include <benchmark/benchmark.h>
 
@@ -184,9 +185,10 @@ void BM_Moe(benchmark::State& state, GgmlType down) {
 }
 
 void register_all() {
-    const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-                              GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+    const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,   GgmlType::Q8_0,
+                              GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,   GgmlType::Q5_1,
+                              GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::Q2_K,
+                              GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
     for (GgmlType t : types) {
         const QuantTraits& q = *minfer::quant_traits(t);
         const std::string name = q.name;
@@ -210,7 +212,8 @@ void register_all() {
                 ->Args({256 << 10, 1})
                 ->Args({256 << 10, 4});
     }
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0})
+    for (GgmlType t :
+         {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q2_K})
         for (bool invariant : {false, true}) {
             const std::string name = std::string("matmul/") + minfer::quant_traits(t)->name +
                                      (invariant ? "/invariant" : "/default");

@@ -41,9 +41,9 @@ struct QuantTraits {
     void (*quantize_act_ref)(const float* x, void* xq, int64_t n);
     float (*vec_dot_q8_ref)(const void* blocks, const void* xq, int64_t n);
 
-    // int8x2 activations, for the types with an int8 path but the low-bit ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS,
-    // MXFP4: nullptr, as for the float types): quantize_x2 turns n floats into act_x2_row_bytes(n) bytes
-    // of two-level blocks, x ~ d * (254 * hi + lo) per 32 elements
+    // int8x2 activations, for the types with an int8 path (the low-bit ones, Q2_K, Q3_K, IQ4_NL, IQ4_XS and
+    // MXFP4, only where quants_use_avx512(); elsewhere nullptr, as for the float types): quantize_x2 turns n
+    // floats into act_x2_row_bytes(n) bytes of two-level blocks, x ~ d * (254 * hi + lo) per 32 elements
     // (quants_impl.h); vec_dot_x2 is sum_i w[i] * x[i] with x given that way: two integer dots per block
     // (hi and lo, the weight levels unpacked once) merged exactly as 254 * hi-sum + lo-sum, minimum terms
     // times the block sum of the represented x. Activation error <= max |x| / 64516 per block of 32,
@@ -61,11 +61,11 @@ struct QuantTraits {
     void (*vec_dot_x2_cols_ref)(const void* blocks, const void* xq, size_t xq_stride, int64_t n, int ncols,
                                 float* out);
 
-    // Integer levels, for the int16 prefill GEMM (nullptr for the float types): to_levels writes a row's n
-    // weights as int8 levels q with w[i] = fma(scale[i / level_block], q[i], -min[i / level_block]), bit
-    // for bit to_float_ref's w; min is all zeros unless level_min. level_block is 32, or 16 for Q6_K
-    // (each 16-element sub-block has its own scale). to_levels_ref is the scalar twin, whose bytes the
-    // SIMD version gives.
+    // Integer levels, for the int16 prefill GEMM (nullptr for the float types, Q2_K, and the other low-bit
+    // formats where they lack int8x2 dots): to_levels writes a row's n weights as int8 levels q with
+    // w[i] = fma(scale[i / level_block], q[i], -min[i / level_block]), bit for bit to_float_ref's w; min is
+    // all zeros unless level_min. level_block is 32, or 16 for Q6_K and Q3_K (each 16-element sub-block has
+    // its own scale). to_levels_ref is the scalar twin, whose bytes the SIMD version gives.
     void (*to_levels)(const void* blocks, int8_t* q, float* scale, float* min, int64_t n);
     void (*to_levels_ref)(const void* blocks, int8_t* q, float* scale, float* min, int64_t n);
     int level_block;
@@ -81,8 +81,8 @@ size_t act_x2_row_bytes(int64_t n);                       // bytes of n activati
 // True when the AVX2/FMA/F16C versions were selected on this CPU.
 bool quants_use_avx2();
 // AVX-512 F/BW/VL/VNNI present (the OS saving the ZMM state included) and MINFER_NO_AVX512 unset: the
-// table's int8x2 dots (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) and the prefill micro-kernels then use
-// 512-bit vectors.
+// table's int8x2 dots (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, and the low-bit formats') and the prefill
+// micro-kernels then use 512-bit vectors.
 bool quants_use_avx512();
 
 }  // namespace minfer

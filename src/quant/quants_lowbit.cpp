@@ -252,6 +252,112 @@ float nl_vec_dot(const void* w, const void* xq, int64_t n) {
     return float(acc);
 }
 
+// ---- int8x2 activations (BlockQ8X2, 32 elements a block): exact integer sums per activation block,
+// scaled and summed in double as quants_q8.cpp's references ----
+
+// sum_l q[l] * (254 hi[l] + lo[l]) over the elements [l0, l0 + len) of y, exact.
+int64_t x2_isum(const BlockQ8X2& y, const int* q, int l0 = 0, int len = kQK0) {
+    int64_t s = 0;
+    for (int l = l0; l < l0 + len; ++l) s += int64_t(q[l]) * (254 * y.hi[l] + y.lo[l]);
+    return s;
+}
+
+// IQ4_NL / MXFP4: block i against activation block i.
+template <class Block, const int8_t* kValues>
+float nl_vec_dot_x2(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    double acc = 0.0;
+    for (int64_t i = 0; i < n / kQK0; ++i) {
+        int q[kQK0];
+        for (int l = 0; l < kQK0; ++l) q[l] = kValues[nibble(b[i].qs, l)];
+        acc += double(block_scale(b[i]) * y[i].d) * double(x2_isum(y[i], q));
+    }
+    return float(acc);
+}
+
+// Sub-block j of super-block i against activation block 8i + j; d * (ls_j - 32) is exact.
+float vec_dot_x2_iq4_xs(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const BlockIQ4XS*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    double acc = 0.0;
+    for (int64_t i = 0; i < n / kQKK; ++i)
+        for (int j = 0; j < 8; ++j) {
+            int q[kQK0];
+            for (int l = 0; l < kQK0; ++l) q[l] = kIQ4NLValues[nibble(b[i].qs + 16 * j, l)];
+            const float dl = fp16_to_f32(b[i].d) * float(iq4_xs_scale(b[i], j) - 32);
+            acc += double(dl * y[8 * i + j].d) * double(x2_isum(y[8 * i + j], q));
+        }
+    return float(acc);
+}
+
+// Q2_K / Q3_K: elements 32g .. 32g + 32 of super-block i (sub-blocks 2g, 2g + 1) against activation block
+// 8i + g. Q2_K's minimum term takes each 16-element half's represented sum.
+float vec_dot_x2_q2_k(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const BlockQ2K*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    double acc = 0.0;
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
+        for (int g = 0; g < 8; ++g) {
+            const BlockQ8X2& yg = y[8 * i + g];
+            int q[kQK0], one[kQK0];
+            for (int l = 0; l < kQK0; ++l)
+                q[l] = (b[i].scales[2 * g + l / 16] & 0xF) * q2_k_level(b[i], 32 * g + l), one[l] = 1;
+            acc += double(d * yg.d) * double(x2_isum(yg, q));
+            for (int h = 0; h < 2; ++h)
+                acc -= double(dmin * float(b[i].scales[2 * g + h] >> 4)) * double(yg.d) *
+                       double(x2_isum(yg, one, 16 * h, 16));
+        }
+    }
+    return float(acc);
+}
+
+float vec_dot_x2_q3_k(const void* w, const void* xq, int64_t n) {
+    const auto* b = static_cast<const BlockQ3K*>(w);
+    const auto* y = static_cast<const BlockQ8X2*>(xq);
+    double acc = 0.0;
+    for (int64_t i = 0; i < n / kQKK; ++i)
+        for (int g = 0; g < 8; ++g) {
+            int q[kQK0];
+            for (int l = 0; l < kQK0; ++l)
+                q[l] = (q3_k_scale(b[i].scales, 2 * g + l / 16) - 32) * q3_k_level(b[i], 32 * g + l);
+            acc += double(fp16_to_f32(b[i].d) * y[8 * i + g].d) * double(x2_isum(y[8 * i + g], q));
+        }
+    return float(acc);
+}
+
+// ---- Integer levels (QuantTraits::to_levels): the dequantizers' factors, w = scale * q bit for bit ----
+
+template <class Block, const int8_t* kValues>
+void nl_levels(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const Block*>(w);
+    for (int64_t i = 0; i < n / kQK0; ++i) {
+        for (int l = 0; l < kQK0; ++l) q[kQK0 * i + l] = kValues[nibble(b[i].qs, l)];
+        scale[i] = block_scale(b[i]), min[i] = 0.0f;
+    }
+}
+
+void levels_iq4_xs(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const BlockIQ4XS*>(w);
+    for (int64_t i = 0; i < n / kQKK; ++i)
+        for (int j = 0; j < 8; ++j) {
+            for (int l = 0; l < kQK0; ++l)
+                q[kQKK * i + 32 * j + l] = kIQ4NLValues[nibble(b[i].qs + 16 * j, l)];
+            scale[8 * i + j] = fp16_to_f32(b[i].d) * float(iq4_xs_scale(b[i], j) - 32), min[8 * i + j] = 0.0f;
+        }
+}
+
+void levels_q3_k(const void* w, int8_t* q, float* scale, float* min, int64_t n) {  // level_block 16
+    const auto* b = static_cast<const BlockQ3K*>(w);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        for (int k = 0; k < 16; ++k)
+            scale[16 * i + k] = fp16_to_f32(b[i].d) * float(q3_k_scale(b[i].scales, k) - 32),
+                           min[16 * i + k] = 0.0f;
+        for (int e = 0; e < kQKK; ++e) q[kQKK * i + e] = int8_t(q3_k_level(b[i], e));
+    }
+}
+
 template <class Block, int QK, void (*Quant)(const float*, Block&)>
 void quantize_ref(const float* x, void* dst, int64_t n) {
     auto* b = static_cast<Block*>(dst);
@@ -293,24 +399,74 @@ QuantTraits entry(GgmlType type, const char* name, ToFloatFn to_float_simd, DotF
     return q;
 }
 
+using ColsFn = void (*)(const void*, const void*, size_t, int64_t, int, float*);
+using LevelsFn = void (*)(const void*, int8_t*, float*, float*, int64_t);
+
+// vec_dot_x2_cols_ref: the reference dot per column.
+template <VecDotFn Dot>
+void x2_cols_ref(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    for (int c = 0; c < ncols; ++c) out[c] = Dot(w, static_cast<const char*>(xq) + size_t(c) * stride, n);
+}
+
+// An entry's int8x2 dots (reference and AVX-512) and integer levels (reference and SIMD; none for Q2_K,
+// whose minimum per 16 elements the int16 GEMM lacks).
+struct X2Levels {
+    VecDotFn x2_ref, x2_wide;
+    ColsFn cols_ref, cols_wide;
+    LevelsFn levels_ref, levels_simd;
+    int level_block;
+};
+
+// The int8x2 dots and levels only where the AVX-512 kernels run: an AVX2 host keeps the f32 decode and
+// prefill, which its scalar int8x2 references would make slower (the int16 GEMM needs AVX-512 anyway).
+QuantTraits with_x2(QuantTraits q, const X2Levels& f, bool simd) {
+    if (!simd || !quants_use_avx512()) return q;
+    q.quantize_x2_ref = ref::quantize_q8x2, q.quantize_x2 = avx2::quantize_q8x2;
+    q.vec_dot_x2_ref = f.x2_ref, q.vec_dot_x2 = f.x2_wide;
+    q.vec_dot_x2_cols_ref = f.cols_ref, q.vec_dot_x2_cols = f.cols_wide;
+    q.to_levels_ref = f.levels_ref, q.to_levels = f.levels_simd;
+    q.level_block = f.level_block;
+    return q;
+}
+
 }  // namespace
 
 void lowbit_traits(QuantTraits* out, bool simd) {
     namespace v = avx2;
+    namespace w = avx512;
     const VecDotType q8_0 = VecDotType::Q8_0, q8_k = VecDotType::Q8_K;
-    out[0] = entry<BlockQ2K, kQKK, deq_q2_k, quant_q2_k_block>(
-        GgmlType::Q2_K, "Q2_K", v::to_float_q2_k, v::dot_q2_k, {q8_k, vec_dot_q2_k, v::vec_dot_q2_k}, simd);
-    out[1] = entry<BlockQ3K, kQKK, deq_q3_k, quant_q3_k_block>(
-        GgmlType::Q3_K, "Q3_K", v::to_float_q3_k, v::dot_q3_k, {q8_k, vec_dot_q3_k, v::vec_dot_q3_k}, simd);
-    out[2] = entry<BlockIQ4NL, kQK0, deq_iq4_nl, quant_iq4_nl_block>(
-        GgmlType::IQ4_NL, "IQ4_NL", v::to_float_iq4_nl, v::dot_iq4_nl,
-        {q8_0, nl_vec_dot<BlockIQ4NL, kIQ4NLValues>, v::vec_dot_iq4_nl}, simd);
-    out[3] = entry<BlockIQ4XS, kQKK, deq_iq4_xs, quant_iq4_xs_block>(
-        GgmlType::IQ4_XS, "IQ4_XS", v::to_float_iq4_xs, v::dot_iq4_xs,
-        {q8_k, vec_dot_iq4_xs, v::vec_dot_iq4_xs}, simd);
-    out[4] = entry<BlockMXFP4, kQK0, deq_mxfp4, quant_mxfp4_block>(
-        GgmlType::MXFP4, "MXFP4", v::to_float_mxfp4, v::dot_mxfp4,
-        {q8_0, nl_vec_dot<BlockMXFP4, kMXFP4Values>, v::vec_dot_mxfp4}, simd);
+    constexpr auto nl_x2 = nl_vec_dot_x2<BlockIQ4NL, kIQ4NLValues>;
+    constexpr auto mx_x2 = nl_vec_dot_x2<BlockMXFP4, kMXFP4Values>;
+    out[0] = with_x2(entry<BlockQ2K, kQKK, deq_q2_k, quant_q2_k_block>(
+                         GgmlType::Q2_K, "Q2_K", v::to_float_q2_k, v::dot_q2_k,
+                         {q8_k, vec_dot_q2_k, v::vec_dot_q2_k}, simd),
+                     {vec_dot_x2_q2_k, w::vec_dot_x2_q2_k, x2_cols_ref<vec_dot_x2_q2_k>,
+                      w::vec_dot_x2_cols_q2_k, nullptr, nullptr, 0},
+                     simd);
+    out[1] = with_x2(entry<BlockQ3K, kQKK, deq_q3_k, quant_q3_k_block>(
+                         GgmlType::Q3_K, "Q3_K", v::to_float_q3_k, v::dot_q3_k,
+                         {q8_k, vec_dot_q3_k, v::vec_dot_q3_k}, simd),
+                     {vec_dot_x2_q3_k, w::vec_dot_x2_q3_k, x2_cols_ref<vec_dot_x2_q3_k>,
+                      w::vec_dot_x2_cols_q3_k, levels_q3_k, v::levels_q3_k, 16},
+                     simd);
+    out[2] = with_x2(entry<BlockIQ4NL, kQK0, deq_iq4_nl, quant_iq4_nl_block>(
+                         GgmlType::IQ4_NL, "IQ4_NL", v::to_float_iq4_nl, v::dot_iq4_nl,
+                         {q8_0, nl_vec_dot<BlockIQ4NL, kIQ4NLValues>, v::vec_dot_iq4_nl}, simd),
+                     {nl_x2, w::vec_dot_x2_iq4_nl, x2_cols_ref<nl_x2>, w::vec_dot_x2_cols_iq4_nl,
+                      nl_levels<BlockIQ4NL, kIQ4NLValues>, v::levels_iq4_nl, 32},
+                     simd);
+    out[3] = with_x2(entry<BlockIQ4XS, kQKK, deq_iq4_xs, quant_iq4_xs_block>(
+                         GgmlType::IQ4_XS, "IQ4_XS", v::to_float_iq4_xs, v::dot_iq4_xs,
+                         {q8_k, vec_dot_iq4_xs, v::vec_dot_iq4_xs}, simd),
+                     {vec_dot_x2_iq4_xs, w::vec_dot_x2_iq4_xs, x2_cols_ref<vec_dot_x2_iq4_xs>,
+                      w::vec_dot_x2_cols_iq4_xs, levels_iq4_xs, v::levels_iq4_xs, 32},
+                     simd);
+    out[4] = with_x2(entry<BlockMXFP4, kQK0, deq_mxfp4, quant_mxfp4_block>(
+                         GgmlType::MXFP4, "MXFP4", v::to_float_mxfp4, v::dot_mxfp4,
+                         {q8_0, nl_vec_dot<BlockMXFP4, kMXFP4Values>, v::vec_dot_mxfp4}, simd),
+                     {mx_x2, w::vec_dot_x2_mxfp4, x2_cols_ref<mx_x2>, w::vec_dot_x2_cols_mxfp4,
+                      nl_levels<BlockMXFP4, kMXFP4Values>, v::levels_mxfp4, 32},
+                     simd);
 }
 
 }  // namespace minfer::quants

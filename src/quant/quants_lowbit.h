@@ -4,9 +4,10 @@
 // everything defined here is `static` or constexpr: this header is compiled both for baseline x86-64 and
 // with -mavx2 -mfma -mf16c.
 #pragma once
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "quant/quants.h"
 #include "quant/quants_impl.h"
@@ -81,16 +82,21 @@ static inline int iq4_xs_scale(const BlockIQ4XS& b, int j) {
     return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
 }
 
-// ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128), built from its bits (subnormal for e < 2).
+// ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128), built from its bits (subnormal for e < 2); a table, which the
+// kernels read once per 32 elements.
+inline constexpr std::array<float, 256> kMXFP4Scales = [] {
+    std::array<float, 256> t{};
+    for (uint32_t e = 0; e < 256; ++e) t[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return t;
+}();
+
 static inline float mxfp4_scale(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
+    return kMXFP4Scales[e];
 }
 
 // Table entries of the five types, in the order above (quants.cpp appends them to its table); simd: take
-// the AVX2 kernels. None has int8x2 dots or integer levels: Int8x2 decode and prefill keep f32.
+// the AVX2 kernels. Their int8x2 dots and integer levels (for the int16 GEMM: all but Q2_K, Q3_K's per 16
+// elements) exist only where the AVX-512 dots run (quants_use_avx512()).
 inline constexpr int kLowbitCount = 5;
 void lowbit_traits(QuantTraits* out, bool simd);
 
@@ -112,6 +118,29 @@ float vec_dot_q3_k(const void* w, const void* xq, int64_t n);
 float vec_dot_iq4_nl(const void* w, const void* xq, int64_t n);
 float vec_dot_iq4_xs(const void* w, const void* xq, int64_t n);
 float vec_dot_mxfp4(const void* w, const void* xq, int64_t n);
+// QuantTraits::to_levels (the references' bytes).
+void levels_q3_k(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_iq4_nl(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_iq4_xs(const void* w, int8_t* q, float* scale, float* min, int64_t n);
+void levels_mxfp4(const void* w, int8_t* q, float* scale, float* min, int64_t n);
 
 }  // namespace avx2
+
+// quants_lowbit_avx512.cpp: int8x2 dots (BlockQ8X2 activations), two 32-element blocks per vector.
+namespace avx512 {
+
+float vec_dot_x2_q2_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_q3_k(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_iq4_nl(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_iq4_xs(const void* w, const void* xq, int64_t n);
+float vec_dot_x2_mxfp4(const void* w, const void* xq, int64_t n);
+void vec_dot_x2_cols_q2_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_q3_k(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+void vec_dot_x2_cols_iq4_nl(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols,
+                            float* out);
+void vec_dot_x2_cols_iq4_xs(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols,
+                            float* out);
+void vec_dot_x2_cols_mxfp4(const void* w, const void* xq, size_t xq_stride, int64_t n, int ncols, float* out);
+
+}  // namespace avx512
 }  // namespace minfer::quants

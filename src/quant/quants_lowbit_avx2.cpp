@@ -172,6 +172,17 @@ float nl_vec_dot(const void* w, const void* xq, int64_t n) {
     return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
+// IQ4_NL / MXFP4 levels: the grid values of the nibbles, one scale per block.
+template <class Dec>
+void nl_levels(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const typename Dec::Block*>(w);
+    const __m256i table = table16(Dec::kValues);
+    for (int64_t i = 0; i < n / kQK0; ++i) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + kQK0 * i), nibble_values(b[i].qs, table));
+        scale[i] = Dec::scale(b[i]), min[i] = 0.0f;
+    }
+}
+
 }  // namespace
 
 float vec_dot_q2_k(const void* w, const void* xq, int64_t n) {
@@ -260,6 +271,44 @@ float dot_iq4_xs(const void* w, const float* x, int64_t n) {
 }
 float dot_mxfp4(const void* w, const float* x, int64_t n) {
     return walk_dot<BlockMXFP4, kQK0, walk_mxfp4<DotSink>>(w, x, n);
+}
+
+// ---- Integer levels (the references' bytes, scales as they compute them) ----
+
+void levels_q3_k(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const BlockQ3K*>(w);
+    for (int64_t i = 0; i < n / kQKK; ++i, q += kQKK) {
+        const float d = half_to_float(b[i].d);
+        for (int k = 0; k < 16; ++k)
+            scale[16 * i + k] = d * float(q3_k_scale(b[i].scales, k) - 32), min[16 * i + k] = 0.0f;
+        const __m256i hmask = load32(b[i].hmask), four = _mm256_set1_epi8(4);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i qs = load32(b[i].qs + 32 * h);
+            for (int j = 0; j < 4; ++j)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 128 * h + 32 * j),
+                                    _mm256_sub_epi8(q3_k_levels(qs, hmask, h, j), four));
+        }
+    }
+}
+
+void levels_iq4_nl(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    nl_levels<IQ4NLDec>(w, q, scale, min, n);
+}
+void levels_mxfp4(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    nl_levels<MXFP4Dec>(w, q, scale, min, n);
+}
+
+void levels_iq4_xs(const void* w, int8_t* q, float* scale, float* min, int64_t n) {
+    const auto* b = static_cast<const BlockIQ4XS*>(w);
+    const __m256i table = table16(kIQ4NLValues);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        const float d = half_to_float(b[i].d);
+        for (int j = 0; j < 8; ++j) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + kQKK * i + 32 * j),
+                                nibble_values(b[i].qs + 16 * j, table));
+            scale[8 * i + j] = d * float(iq4_xs_scale(b[i], j) - 32), min[8 * i + j] = 0.0f;
+        }
+    }
 }
 
 float vec_dot_iq4_nl(const void* w, const void* xq, int64_t n) {

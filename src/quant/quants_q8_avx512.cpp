@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "quant/quants.h"
+#include "quant/quants_avx512_util.h"
 #include "quant/quants_cols.h"
 #include "quant/quants_impl.h"
 #include "util/simd_avx2.h"
@@ -25,21 +26,8 @@ namespace minfer::quants::avx512 {
 namespace {
 
 using simd::half_to_float;
-using simd::hsum;
 using simd::k_scales_mins;
 using simd::prefetch_ahead;
-
-// 64 levels 0..15 of blocks a and b in element order: each block's 16 low nibbles (elements 0..15), then
-// its 16 high nibbles (16..31).
-template <class Block>
-inline __m512i nibbles64(const Block& a, const Block& b) {
-    const __m256i q = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), 1);  // [qs a | qs b]
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-    const __m512i ordered = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  // a lo, a hi, b lo, b hi
-    return _mm512_and_si512(ordered, _mm512_set1_epi8(0x0F));
-}
 
 // Q8_0's levels are signed: vpdpbusd takes |w| and x with w's sign (the AVX2 sign trick; activation
 // levels stay within +-127, so negating them is exact).
@@ -57,7 +45,7 @@ struct Q4_0Pair {
     using Block = BlockQ4_0;
     static constexpr bool kSigned = false;
     static constexpr int kOffsetShift = 2;  // level offset 8 = x2_offsets' 32 >> 2
-    static __m512i levels(const Block& a, const Block& b) { return nibbles64(a, b); }
+    static __m512i levels(const Block& a, const Block& b) { return nibbles64(a.qs, b.qs); }
 };
 
 struct Q5_0Pair {
@@ -70,39 +58,10 @@ struct Q5_0Pair {
         std::memcpy(&ha, a.qh, sizeof ha);
         std::memcpy(&hb, b.qh, sizeof hb);
         const __mmask64 fifth = _cvtu64_mask64(uint64_t(ha) | uint64_t(hb) << 32);
-        const __m512i q = nibbles64(a, b);
+        const __m512i q = nibbles64(a.qs, b.qs);
         return _mm512_mask_add_epi8(q, fifth, q, _mm512_set1_epi8(16));
     }
 };
-
-// Sum of the 16 lanes (the reduce intrinsics trip GCC 12's -Wuninitialized).
-inline float lane_sum(__m512 v) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    return hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
-}
-
-inline __m512i join(const int8_t* a, const int8_t* b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-
-// int8x2 lane sums of 64 unsigned levels q against two activation blocks whose hi and lo levels are xh
-// and xl (as join gives them): 254 * sum(q hi) + sum(q lo) over four levels per int32 lane, exact (the
-// AVX2 kernels' x2_sum).
-inline __m512i x2_sum(__m512i q, __m512i xh, __m512i xl) {
-    const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
-    const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xl);
-    __m512i k254 = _mm512_set1_epi32(254);
-    asm("" : "+v"(k254));  // one vpmulld: GCC 12 would multiply by three shifts and subtracts
-    return _mm512_add_epi32(_mm512_mullo_epi32(hi, k254), lo);
-}
-
-// The same against the pair of activation blocks 2p (lanes 0..7) and 2p + 1 (lanes 8..15) of the row's
-// wide copy.
-inline __m512i x2_sum(__m512i q, const X2Wide& x, int64_t p) {
-    return x2_sum(q, _mm512_loadu_si512(x.pairs + 128 * p), _mm512_loadu_si512(x.pairs + 128 * p + 64));
-}
 
 // The weight side of a block pair, decoded once for every column: levels (signed ones as |q| with the
 // mask of the negative ones, whose activations the column step negates) and the blocks' steps.

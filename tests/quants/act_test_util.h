@@ -18,13 +18,25 @@ using quants::BlockQ8K;
 
 inline constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
-// The types with int8 dots, and among them those with int8x2 dots (all but the low-bit formats).
+// The types with int8 dots, and among them those with int8x2 dots: all, the low-bit formats (kLowbitTypes)
+// only where the AVX-512 kernels run (the tests of those skip elsewhere: skip_without_x2).
 inline const GgmlType kInt8Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
                                       GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
                                       GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
                                       GgmlType::MXFP4};
-inline const GgmlType kX2Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                    GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+inline const GgmlType kX2Types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
+                                    GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
+                                    GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                    GgmlType::MXFP4};
+inline const GgmlType kLowbitTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                        GgmlType::MXFP4};
+
+inline bool lowbit(GgmlType t) {
+    return std::find(std::begin(kLowbitTypes), std::end(kLowbitTypes), t) != std::end(kLowbitTypes);
+}
+
+#define SKIP_WITHOUT_X2(q) \
+    if (!(q).vec_dot_x2) GTEST_SKIP() << (q).name << ": int8x2 dots only with AVX-512 (F, BW, VL, VNNI)"
 
 inline std::string type_name(const ::testing::TestParamInfo<GgmlType>& info) {
     return traits(info.param).name;
@@ -68,8 +80,9 @@ inline void dequantize_act(const QuantTraits& q, const uint8_t* xq, int64_t n, f
 }
 
 // mu[i]: the minimum term of element i's weight (value = d * q + mu with unsigned q; Q4_0 / Q5_0 are
-// d * q - 8 d / - 16 d, Q2_K d * sc * q - dmin * m); 0 for Q8_0, Q6_K and the signed-level low-bit
-// formats (their dots multiply signed levels, or subtract Q3_K's offset in integers). The kernels sum the d *
+// d * q - 8 d / - 16 d, Q2_K d * sc * q - dmin * m, IQ4_NL / MXFP4 d * (v + 128) - 128 d / d * (v + 12)
+// - 12 d in their AVX-512 dots); 0 for Q8_0, Q6_K and the other low-bit formats (their dots multiply
+// signed levels, or subtract Q3_K's and IQ4_XS's offsets in integers). The kernels sum the d *
 // q and mu terms separately, so |w - mu| + |mu| bounds what their roundings see.
 inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* row, int64_t n) {
     std::vector<float> mu(size_t(n), 0.0f);
@@ -85,6 +98,10 @@ inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* r
             int sc, m;
             quants::k_scale_min(b.scales, int(i % 256) / 32, &sc, &m);
             mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(m);
+        } else if (q.type == GgmlType::IQ4_NL) {  // the AVX-512 dot offsets the grid by 128
+            mu[size_t(i)] = -128.0f * fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+        } else if (q.type == GgmlType::MXFP4) {  // ... and MXFP4's by 12
+            mu[size_t(i)] = -12.0f * quants::mxfp4_scale(blk[0]);
         } else if (q.type == GgmlType::Q2_K) {
             const auto& b = *reinterpret_cast<const quants::BlockQ2K*>(blk);
             mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(b.scales[i % 256 / 16] >> 4);

@@ -39,7 +39,8 @@ double x2_residual(const std::vector<uint8_t>& xq, const std::vector<float>& x, 
 TEST(Int8x2Act, TableEntries) {
     for (GgmlType t : kAllQuantTypes) {
         const QuantTraits& q = traits(t);
-        const bool x2 = std::find(std::begin(kX2Types), std::end(kX2Types), t) != std::end(kX2Types);
+        const bool x2 = std::find(std::begin(kX2Types), std::end(kX2Types), t) != std::end(kX2Types) &&
+                        (!lowbit(t) || quants_use_avx512());
         EXPECT_EQ(q.vec_dot_x2 != nullptr, x2) << q.name;
         EXPECT_EQ(q.quantize_x2 != nullptr, x2) << q.name;
         EXPECT_EQ(q.vec_dot_x2_cols != nullptr, x2) << q.name;
@@ -59,6 +60,7 @@ TEST(Int8x2Act, TableEntries) {
 // the blocks are 32 times the merged sums of each four elements.
 TEST_P(Int8x2Type, QuantizeMatchesReferenceAndBoundsResidual) {
     const QuantTraits& q = traits(GetParam());
+    SKIP_WITHOUT_X2(q);
     std::mt19937 rng(5);
     for (int64_t n : lengths(q)) {
         const std::vector<float> x = activations(rng, n);
@@ -131,6 +133,7 @@ void check_x2_dot(const QuantTraits& q, float (*dot)(const void*, const void*, i
 
 TEST_P(Int8x2Type, SimdVecDotMatchesReference) {
     const QuantTraits& q = traits(GetParam());
+    SKIP_WITHOUT_X2(q);
     check_x2_dot(q, q.vec_dot_x2, "table");
 }
 
@@ -147,6 +150,15 @@ const std::pair<GgmlType, std::pair<Dot, Dot>> kWideDots[] = {
     {GgmlType::Q6_K, {quants::avx2::vec_dot_x2_q6_k, quants::avx512::vec_dot_x2_q6_k}},
 };
 
+// The low-bit formats' AVX-512 dots (they have no AVX2 int8x2 ones).
+const std::pair<GgmlType, Dot> kLowbitWideDots[] = {
+    {GgmlType::Q2_K, quants::avx512::vec_dot_x2_q2_k},
+    {GgmlType::Q3_K, quants::avx512::vec_dot_x2_q3_k},
+    {GgmlType::IQ4_NL, quants::avx512::vec_dot_x2_iq4_nl},
+    {GgmlType::IQ4_XS, quants::avx512::vec_dot_x2_iq4_xs},
+    {GgmlType::MXFP4, quants::avx512::vec_dot_x2_mxfp4},
+};
+
 TEST(Int8x2Dots, Avx2MatchesReference) {
     if (!quants_use_avx2()) GTEST_SKIP() << "this CPU lacks AVX2";
     for (const auto& [type, fns] : kWideDots) check_x2_dot(traits(type), fns.first, "avx2");
@@ -156,6 +168,7 @@ TEST(Int8x2Dots, Avx512MatchesReference) {
     if (!quants_use_avx512())
         GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, VNNI), or MINFER_NO_AVX512 is set";
     for (const auto& [type, fns] : kWideDots) check_x2_dot(traits(type), fns.second, "avx512");
+    for (const auto& [type, dot] : kLowbitWideDots) check_x2_dot(traits(type), dot, "avx512");
 }
 
 // The int8x2 dot against the f32 reference dot on the unquantized activations. The minimum terms use
@@ -165,6 +178,7 @@ TEST(Int8x2Dots, Avx512MatchesReference) {
 // below 1/50 of the int8 dot's (the format's point; the ratio of the steps is 254).
 TEST_P(Int8x2Type, VecDotWithinRepresentationOfF32Dot) {
     const QuantTraits& q = traits(GetParam());
+    SKIP_WITHOUT_X2(q);
     std::mt19937 rng(23);
     double worst = 0.0, total_x2 = 0.0, total_int8 = 0.0;
     for (int64_t n : lengths(q)) {

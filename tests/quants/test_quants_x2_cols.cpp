@@ -49,11 +49,16 @@ std::vector<Kernels> simd_kernels(GgmlType t) {
          w::vec_dot_x2_cols_q5_k},
         {GgmlType::Q6_K, v::vec_dot_x2_q6_k, v::vec_dot_x2_cols_q6_k, w::vec_dot_x2_q6_k,
          w::vec_dot_x2_cols_q6_k},
+        {GgmlType::Q2_K, nullptr, nullptr, w::vec_dot_x2_q2_k, w::vec_dot_x2_cols_q2_k},
+        {GgmlType::Q3_K, nullptr, nullptr, w::vec_dot_x2_q3_k, w::vec_dot_x2_cols_q3_k},
+        {GgmlType::IQ4_NL, nullptr, nullptr, w::vec_dot_x2_iq4_nl, w::vec_dot_x2_cols_iq4_nl},
+        {GgmlType::IQ4_XS, nullptr, nullptr, w::vec_dot_x2_iq4_xs, w::vec_dot_x2_cols_iq4_xs},
+        {GgmlType::MXFP4, nullptr, nullptr, w::vec_dot_x2_mxfp4, w::vec_dot_x2_cols_mxfp4},
     };
     std::vector<Kernels> out;
     for (const Row& r : rows) {
         if (r.type != t) continue;
-        if (quants_use_avx2()) out.push_back({"avx2", r.avx2, r.avx2_cols});
+        if (quants_use_avx2() && r.avx2) out.push_back({"avx2", r.avx2, r.avx2_cols});
         if (quants_use_avx512() && r.avx512) out.push_back({"avx512", r.avx512, r.avx512_cols});
     }
     return out;
@@ -66,6 +71,7 @@ class X2ColsType : public ::testing::TestWithParam<GgmlType> {};
 // every starting column.
 TEST_P(X2ColsType, EachColumnMatchesOneColumnDotBitForBit) {
     const QuantTraits& q = traits(GetParam());
+    SKIP_WITHOUT_X2(q);
     std::vector<Kernels> kernels = simd_kernels(GetParam());
     kernels.push_back({"table", q.vec_dot_x2, q.vec_dot_x2_cols});
     kernels.push_back({"ref", q.vec_dot_x2_ref, q.vec_dot_x2_cols_ref});

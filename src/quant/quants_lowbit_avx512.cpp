@@ -1,0 +1,331 @@
+// AVX-512 (F, BW, VL, VNNI) int8x2 dots of the low-bit formats Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 (twins of
+// quants_lowbit.cpp's references), in quants_q8_avx512.cpp's manner: two 32-element activation blocks per
+// 512-bit vector, vpdpbusd of unsigned weight levels against the hi and the lo levels, merged exactly as
+// 254 * hi + lo per int32 lane of four products. vpdpbusd wants unsigned weights, so the signed grids
+// (IQ4_NL, IQ4_XS: +128; MXFP4: +12) and Q3_K's levels (+4) are offset; IQ4_XS and Q3_K take the offset's
+// share back in integers from the activation row's offsets (32 times each lane's merged sum), exactly,
+// IQ4_NL and MXFP4 as an f32 minimum term per block (see nl_dot). They are scaled once per 16 (Q2_K, Q3_K) or
+// 32 elements in f32 and summed in f32 chains, so a dot differs from the reference's double sum by f32
+// roundings only (the budget of test_quants_q8x2.cpp). Each kernel is a template over the column count
+// (quants_cols.h): every column of vec_dot_x2_cols gets vec_dot_x2's bits.
+//
+// Compiled with AVX-512 flags: only intrinsics and internal-linkage helpers (see quants_q8_avx512.cpp).
+#include <immintrin.h>
+
+#include "quant/quants_avx512_util.h"
+#include "quant/quants_cols.h"
+#include "quant/quants_lowbit.h"
+
+namespace minfer::quants::avx512 {
+namespace {
+
+using simd::half_to_float;
+using simd::prefetch_ahead;
+
+// A 16-entry grid plus kOffset as unsigned bytes, in every 128-bit lane (for vpshufb).
+template <const int8_t* kValues, int kOffset>
+inline __m512i grid_table() {
+    alignas(64) uint8_t t[64];
+    for (int i = 0; i < 64; ++i) t[i] = uint8_t(kValues[i % 16] + kOffset);
+    return _mm512_load_si512(t);
+}
+
+// Lane sums of levels offset by kOffset (4 or 128), less kOffset times each lane's merged activation sum
+// (offsets: 32 times it, so a shift divides it exactly): the lanes of the unoffset levels, exact.
+template <int kOffset>
+inline __m512i minus_offset(__m512i sum, __m512i offsets) {
+    static_assert(kOffset == 4 || kOffset == 128);
+    if constexpr (kOffset == 4) return _mm512_sub_epi32(sum, _mm512_srai_epi32(offsets, 3));
+    return _mm512_sub_epi32(sum, _mm512_slli_epi32(offsets, 2));
+}
+
+inline __m512 two_scales(float a, float b) {  // lanes 0..7 a, 8..15 b
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+struct IQ4NLGrid {
+    using Block = BlockIQ4NL;
+    static constexpr const int8_t* kValues = kIQ4NLValues;
+    static constexpr int kOffset = 128;
+    static float scale(const Block& b) { return half_to_float(b.d); }
+    static __m256 scales8(const Block* b) {
+        return _mm256_cvtph_ps(_mm_setr_epi16(short(b[0].d), short(b[1].d), short(b[2].d), short(b[3].d),
+                                              short(b[4].d), short(b[5].d), short(b[6].d), short(b[7].d)));
+    }
+};
+
+struct MXFP4Grid {
+    using Block = BlockMXFP4;
+    static constexpr const int8_t* kValues = kMXFP4Values;
+    static constexpr int kOffset = 12;
+    static float scale(const Block& b) { return mxfp4_scale(b.e); }
+    static __m256 scales8(const Block* b) {
+        return _mm256_setr_ps(scale(b[0]), scale(b[1]), scale(b[2]), scale(b[3]), scale(b[4]), scale(b[5]),
+                              scale(b[6]), scale(b[7]));
+    }
+};
+
+// Per-column state of the kernels: the activation row's blocks, offsets, wide copy and two chains.
+template <int NC>
+struct ColState {
+    const BlockQ8X2* y[NC];
+    const int32_t* offsets[NC];
+    X2Wide x[NC];
+    __m512 acc0[NC], acc1[NC];
+
+    ColState(Cols xs, int64_t n) {
+        for (int c = 0; c < NC; ++c) {
+            y[c] = static_cast<const BlockQ8X2*>(xs[c]), offsets[c] = x2_offsets(xs[c], n);
+            x[c] = x2_wide(xs[c], n);
+            acc0[c] = acc1[c] = _mm512_setzero_ps();
+        }
+    }
+    void finish(float* out) const {
+        for (int c = 0; c < NC; ++c) out[c] = lane_sum(_mm512_add_ps(acc0[c], acc1[c]));
+    }
+};
+
+// IQ4_NL / MXFP4, eight blocks a step: the offset grid's levels against the activations (pairs 4k, 4k + 1
+// into chain 0, 4k + 2, 4k + 3 into chain 1), lane scales d_w * d_x permuted from one vector of the eight
+// blocks' products, and the offset taken back in f32 as a minimum term, -kOffset * d_w * s per block (s:
+// the block's represented sum), in its own chain: far fewer operations than exact integer offsets, at
+// the price of f32 roundings of terms up to kOffset * d_w * |x| (the test's minimum terms). A last odd
+// block fills both halves of its vector, the upper lanes scaled by 0.
+template <class G, int NC>
+void nl_dot(const void* w, Cols xs, int64_t n, float* out) {
+    const auto* b = static_cast<const typename G::Block*>(w);
+    const int64_t nb = n / kQK0;
+    const __m512i table = grid_table<G::kValues, G::kOffset>();
+    ColState<NC> s(xs, n);
+    __m256 accm[NC];
+    float tail_m[NC];
+    for (int c = 0; c < NC; ++c) accm[c] = _mm256_setzero_ps(), tail_m[c] = 0.0f;
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        // 64 blocks further than prefetch_ahead's distance: streamed from DRAM the 17- and 18-byte blocks ran
+        // at 10 GB/s with the default, 14 GB/s with this (bench_quants dot_x2/MXFP4/268435456).
+        prefetch_ahead<8 * sizeof(b[i])>(b + i + 64);
+        const __m256 ws = G::scales8(b + i);
+        __m512i q[4];
+        for (int p = 0; p < 4; ++p)
+            q[p] = _mm512_shuffle_epi8(table, nibbles64(b[i + 2 * p].qs, b[i + 2 * p + 1].qs));
+        for (int c = 0; c < NC; ++c) {
+            const __m512 sx = _mm512_castps256_ps512(_mm256_mul_ps(ws, _mm256_loadu_ps(s.x[c].d + i)));
+            accm[c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(s.x[c].s + i), accm[c]);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; ++p) {
+                const __m512i pick =
+                    _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
+                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
+                acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, sx),
+                                      _mm512_cvtepi32_ps(x2_sum(q[p], s.x[c], i / 2 + p)), acc);
+            }
+        }
+    }
+    for (; i < nb; i += 2) {
+        const bool two = i + 1 < nb;
+        const auto& bn = b[two ? i + 1 : i];
+        const __m512i q = _mm512_shuffle_epi8(table, nibbles64(b[i].qs, bn.qs));
+        const float wa = G::scale(b[i]), wb = two ? G::scale(bn) : 0.0f;
+        for (int c = 0; c < NC; ++c) {
+            const BlockQ8X2& yi = s.y[c][i];
+            const BlockQ8X2& yn = s.y[c][two ? i + 1 : i];
+            const __m512i sum = x2_sum(q, join(yi.hi, yn.hi), join(yi.lo, yn.lo));
+            const float sb = two ? wb * yn.d : 0.0f;
+            s.acc1[c] = _mm512_fmadd_ps(two_scales(wa * yi.d, sb), _mm512_cvtepi32_ps(sum), s.acc1[c]);
+            tail_m[c] += wa * yi.s + (two ? wb * yn.s : 0.0f);
+        }
+    }
+    for (int c = 0; c < NC; ++c)
+        out[c] = lane_sum(_mm512_add_ps(s.acc0[c], s.acc1[c])) -
+                 float(G::kOffset) * (simd::hsum(accm[c]) + tail_m[c]);
+}
+
+// IQ4_XS: sub-blocks 2p and 2p + 1 of a super-block (activation blocks 8i + 2p, + 1) per vector.
+template <int NC>
+void iq4_xs_dot(const void* w, Cols xs, int64_t n, float* out) {
+    const auto* b = static_cast<const BlockIQ4XS*>(w);
+    const __m512i table = grid_table<kIQ4NLValues, 128>();
+    ColState<NC> s(xs, n);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockIQ4XS)>(b + i);
+        const float d = half_to_float(b[i].d);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i q = _mm512_shuffle_epi8(table, nibbles64(b[i].qs + 32 * p, b[i].qs + 32 * p + 16));
+            const float sa = d * float(iq4_xs_scale(b[i], 2 * p) - 32),
+                        sb = d * float(iq4_xs_scale(b[i], 2 * p + 1) - 32);
+            const int64_t a = 8 * i + 2 * p;
+            for (int c = 0; c < NC; ++c) {
+                const __m512i sum =
+                    minus_offset<128>(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
+                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
+                acc = _mm512_fmadd_ps(two_scales(sa * s.x[c].d[a], sb * s.x[c].d[a + 1]),
+                                      _mm512_cvtepi32_ps(sum), acc);
+            }
+        }
+    }
+    s.finish(out);
+}
+
+// Q2_K / Q3_K elements 64p .. 64p + 64 of a super-block (p < 4): half h = p / 2 of qs, bit planes 2j and
+// 2j + 1 (j = 2 (p % 2)) for the lower and the upper 32, as levels 0..3.
+inline __m512i crumbs64(const uint8_t* qs, int p) {
+    const __m512i raw =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (p / 2))));
+    const int j = 2 * (p % 2);
+    const __m512i counts = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(int16_t(2 * j)),
+                                                   _mm512_set1_epi16(int16_t(2 * j + 2)));
+    return _mm512_and_si512(_mm512_srlv_epi16(raw, counts), _mm512_set1_epi8(3));
+}
+
+// Q3_K levels 0..7 of those elements: crumbs64 and bit 2p (2p + 1 for the upper 32) of hmask[l] as 4.
+inline __m512i q3_k_levels64(const BlockQ3K& b, int p) {
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
+    const __m512i counts = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(int16_t(2 * p)),
+                                                   _mm512_set1_epi16(int16_t(2 * p + 1)));
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hm, counts), _mm512_set1_epi8(1));
+    return _mm512_or_si512(crumbs64(b.qs, p), _mm512_slli_epi16(hi, 2));
+}
+
+// The 16 sub-block scales of a super-block broadcast to the lanes of pair p: lanes 4k .. 4k + 3 take
+// sub-block 4p + k.
+inline __m512 quarter_scales(__m512 scales16, int p) {
+    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * p)), scales16);
+}
+
+// 16 scale bytes as f32 times d.
+inline __m512 scaled_bytes(__m128i bytes, float d) {
+    return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+}
+
+// Q3_K: (d * (sc_k - 32)) * d_x per lane times the exact lane of (q - 4) * x.
+template <int NC>
+void q3_k_dot(const void* w, Cols xs, int64_t n, float* out) {
+    const auto* b = static_cast<const BlockQ3K*>(w);
+    ColState<NC> s(xs, n);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockQ3K)>(b + i);
+        alignas(16) int8_t sc[16];
+        for (int k = 0; k < 16; ++k) sc[k] = int8_t(q3_k_scale(b[i].scales, k) - 32);
+        const __m512 ds =
+            scaled_bytes(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)), half_to_float(b[i].d));
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i q = q3_k_levels64(b[i], p);
+            const __m512 dsp = quarter_scales(ds, p);
+            const int64_t a = 8 * i + 2 * p;
+            for (int c = 0; c < NC; ++c) {
+                const __m512i sum =
+                    minus_offset<4>(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
+                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, two_scales(s.x[c].d[a], s.x[c].d[a + 1])),
+                                      _mm512_cvtepi32_ps(sum), acc);
+            }
+        }
+    }
+    s.finish(out);
+}
+
+// Q2_K: (d * sc_k) * d_x per lane times the lane of q * x into chain p % 2, and -(dmin * m_k) * d_x times
+// the lane's merged activation sum (its offset / 32) into a third chain.
+template <int NC>
+void q2_k_dot(const void* w, Cols xs, int64_t n, float* out) {
+    const auto* b = static_cast<const BlockQ2K*>(w);
+    ColState<NC> s(xs, n);
+    __m512 accm[NC];
+    for (int c = 0; c < NC; ++c) accm[c] = _mm512_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+        prefetch_ahead<sizeof(BlockQ2K)>(b + i);
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
+        const __m512 ds = scaled_bytes(_mm_and_si128(sc, m4), half_to_float(b[i].d));
+        const __m512 dm = scaled_bytes(_mm_and_si128(_mm_srli_epi16(sc, 4), m4), -half_to_float(b[i].dmin));
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i q = crumbs64(b[i].qs, p);
+            const __m512 dsp = quarter_scales(ds, p), dmp = quarter_scales(dm, p);
+            const int64_t a = 8 * i + 2 * p;
+            for (int c = 0; c < NC; ++c) {
+                const __m512 dx = two_scales(s.x[c].d[a], s.x[c].d[a + 1]);
+                const __m512i xsum = _mm512_srai_epi32(_mm512_loadu_si512(s.offsets[c] + 8 * a), 5);
+                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, dx), _mm512_cvtepi32_ps(x2_sum(q, s.x[c], a / 2)),
+                                      acc);
+                accm[c] = _mm512_fmadd_ps(_mm512_mul_ps(dmp, dx), _mm512_cvtepi32_ps(xsum), accm[c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; ++c) s.acc1[c] = _mm512_add_ps(s.acc1[c], accm[c]);
+    s.finish(out);
+}
+
+// The kernels by column count (run<NC>), for the table's entry points.
+template <class G>
+struct NLKernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        nl_dot<G, NC>(w, xs, n, out);
+    }
+};
+
+struct IQ4XSKernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        iq4_xs_dot<NC>(w, xs, n, out);
+    }
+};
+
+struct Q3KKernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        q3_k_dot<NC>(w, xs, n, out);
+    }
+};
+
+struct Q2KKernel {
+    template <int NC>
+    static void run(const void* w, Cols xs, int64_t n, float* out) {
+        q2_k_dot<NC>(w, xs, n, out);
+    }
+};
+
+}  // namespace
+
+float vec_dot_x2_q2_k(const void* w, const void* xq, int64_t n) {
+    return dot_one<Q2KKernel>(w, xq, n);
+}
+void vec_dot_x2_cols_q2_k(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Q2KKernel>(w, xq, stride, n, ncols, out);
+}
+
+float vec_dot_x2_q3_k(const void* w, const void* xq, int64_t n) {
+    return dot_one<Q3KKernel>(w, xq, n);
+}
+void vec_dot_x2_cols_q3_k(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<Q3KKernel>(w, xq, stride, n, ncols, out);
+}
+
+float vec_dot_x2_iq4_nl(const void* w, const void* xq, int64_t n) {
+    return dot_one<NLKernel<IQ4NLGrid>>(w, xq, n);
+}
+void vec_dot_x2_cols_iq4_nl(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<NLKernel<IQ4NLGrid>>(w, xq, stride, n, ncols, out);
+}
+
+float vec_dot_x2_iq4_xs(const void* w, const void* xq, int64_t n) {
+    return dot_one<IQ4XSKernel>(w, xq, n);
+}
+void vec_dot_x2_cols_iq4_xs(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<IQ4XSKernel>(w, xq, stride, n, ncols, out);
+}
+
+float vec_dot_x2_mxfp4(const void* w, const void* xq, int64_t n) {
+    return dot_one<NLKernel<MXFP4Grid>>(w, xq, n);
+}
+void vec_dot_x2_cols_mxfp4(const void* w, const void* xq, size_t stride, int64_t n, int ncols, float* out) {
+    dot_cols<NLKernel<MXFP4Grid>>(w, xq, stride, n, ncols, out);
+}
+
+}  // namespace minfer::quants::avx512
