@@ -92,6 +92,10 @@ void set_type(SynthSpec& s, const std::string& name) {
         {"Q4_K", {GgmlType::Q4_K, GgmlType::Q5_0, {}, {}}},
         {"Q4_K_M", {GgmlType::Q4_K, GgmlType::Q5_0, q6, q8}},
         {"MXFP4", {GgmlType::MXFP4, q8, {}, {}}},
+        {"IQ4_NL", {GgmlType::IQ4_NL, q8, {}, {}}},
+        {"IQ4_XS", {GgmlType::IQ4_XS, GgmlType::IQ4_NL, {}, {}}},
+        {"Q3_K", {GgmlType::Q3_K, GgmlType::Q4_0, {}, {}}},
+        {"Q2_K", {GgmlType::Q2_K, GgmlType::Q4_0, {}, {}}},
     };
     const auto it = types.find(name);
     if (it == types.end()) throw minfer::Error("unknown type " + name);
@@ -147,7 +151,9 @@ int main(int argc, char** argv) {
            "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b qwen3-0.6b qwen3-8b llama3-8b llama3-70b qwen3-30b-a3b "
            "gemma3-12b gpt-oss-20b")
         ->required();
-    app.add_option("type", type_name, "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0 MXFP4")->required();
+    app.add_option("type", type_name,
+                   "F16 BF16 Q8_0 Q6_K Q5_K Q5_K_M Q4_K Q4_K_M Q4_0 MXFP4 IQ4_NL IQ4_XS Q3_K Q2_K")
+        ->required();
     app.add_option("out", out, "Output GGUF")->required();
     app.add_option("--vocab", vocab, "Copy the tokenizer.* metadata of this GGUF");
     app.add_option("--seed", seed, "Random seed");
