@@ -2,15 +2,17 @@
 // quants_lowbit.cpp's references), in quants_q8_avx512.cpp's manner: two 32-element activation blocks per
 // 512-bit vector, vpdpbusd of unsigned weight levels against the hi and the lo levels, merged exactly as
 // 254 * hi + lo per int32 lane of four products. vpdpbusd wants unsigned weights, so the signed grids
-// (IQ4_NL, IQ4_XS: +128; MXFP4: +12) and Q3_K's levels (+4) are offset; IQ4_XS and Q3_K take the offset's
-// share back in integers from the activation row's offsets (32 times each lane's merged sum), exactly,
-// IQ4_NL and MXFP4 as an f32 minimum term per block (see nl_dot). They are scaled once per 16 (Q2_K, Q3_K) or
+// (IQ4_NL, IQ4_XS: +128; MXFP4: +12) and Q3_K's levels (+4) are offset; Q3_K takes the offset's share
+// back in integers from the activation row's offsets (32 times each lane's merged sum), exactly, the grids
+// as an f32 minimum term per block (see group8). They are scaled once per 16 (Q2_K, Q3_K) or
 // 32 elements in f32 and summed in f32 chains, so a dot differs from the reference's double sum by f32
 // roundings only (the budget of test_quants_q8x2.cpp). Each kernel is a template over the column count
 // (quants_cols.h): every column of vec_dot_x2_cols gets vec_dot_x2's bits.
 //
 // Compiled with AVX-512 flags: only intrinsics and internal-linkage helpers (see quants_q8_avx512.cpp).
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "quant/quants_avx512_util.h"
 #include "quant/quants_cols.h"
@@ -30,13 +32,10 @@ inline __m512i grid_table() {
     return _mm512_load_si512(t);
 }
 
-// Lane sums of levels offset by kOffset (4 or 128), less kOffset times each lane's merged activation sum
-// (offsets: 32 times it, so a shift divides it exactly): the lanes of the unoffset levels, exact.
-template <int kOffset>
-inline __m512i minus_offset(__m512i sum, __m512i offsets) {
-    static_assert(kOffset == 4 || kOffset == 128);
-    if constexpr (kOffset == 4) return _mm512_sub_epi32(sum, _mm512_srai_epi32(offsets, 3));
-    return _mm512_sub_epi32(sum, _mm512_slli_epi32(offsets, 2));
+// Lane sums of Q3_K's levels 0..7, less 4 times each lane's merged activation sum (offsets: 32 times it):
+// the lanes of q - 4, exact.
+inline __m512i minus_four(__m512i sum, __m512i offsets) {
+    return _mm512_sub_epi32(sum, _mm512_srai_epi32(offsets, 3));
 }
 
 inline __m512 two_scales(float a, float b) {  // lanes 0..7 a, 8..15 b
@@ -72,18 +71,42 @@ struct ColState {
     const int32_t* offsets[NC];
     X2Wide x[NC];
     __m512 acc0[NC], acc1[NC];
+    __m256 accm[NC];  // group8's minimum terms d_w * s, eight blocks a lane
+    float tail_m[NC];
 
     ColState(Cols xs, int64_t n) {
         for (int c = 0; c < NC; ++c) {
             y[c] = static_cast<const BlockQ8X2*>(xs[c]), offsets[c] = x2_offsets(xs[c], n);
             x[c] = x2_wide(xs[c], n);
-            acc0[c] = acc1[c] = _mm512_setzero_ps();
+            acc0[c] = acc1[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps(), tail_m[c] = 0.0f;
         }
     }
-    void finish(float* out) const {
-        for (int c = 0; c < NC; ++c) out[c] = lane_sum(_mm512_add_ps(acc0[c], acc1[c]));
+    // The chains' sum, less `offset` times the minimum terms.
+    void finish(float* out, float offset = 0.0f) const {
+        for (int c = 0; c < NC; ++c)
+            out[c] = lane_sum(_mm512_add_ps(acc0[c], acc1[c])) - offset * (simd::hsum(accm[c]) + tail_m[c]);
     }
 };
+
+// Eight 32-element blocks against activation blocks a .. a + 8 (a even) of each column: offset levels q
+// (block pairs), weight scales ws (one a block). Lane scales d_w * d_x come permuted from one vector of the
+// eight products, pairs 0 and 2 go to chain 0, 1 and 3 to chain 1, and d_w * s (s: the block's represented
+// sum) to the minimum chain, which finish scales by -offset.
+template <int NC>
+inline void group8(const __m512i (&q)[4], __m256 ws, int64_t a, ColState<NC>& s) {
+    for (int c = 0; c < NC; ++c) {
+        const __m512 sx = _mm512_castps256_ps512(_mm256_mul_ps(ws, _mm256_loadu_ps(s.x[c].d + a)));
+        s.accm[c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(s.x[c].s + a), s.accm[c]);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i pick =
+                _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
+            __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
+            acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, sx),
+                                  _mm512_cvtepi32_ps(x2_sum(q[p], s.x[c], a / 2 + p)), acc);
+        }
+    }
+}
 
 // IQ4_NL / MXFP4, eight blocks a step: the offset grid's levels against the activations (pairs 4k, 4k + 1
 // into chain 0, 4k + 2, 4k + 3 into chain 1), lane scales d_w * d_x permuted from one vector of the eight
@@ -97,30 +120,15 @@ void nl_dot(const void* w, Cols xs, int64_t n, float* out) {
     const int64_t nb = n / kQK0;
     const __m512i table = grid_table<G::kValues, G::kOffset>();
     ColState<NC> s(xs, n);
-    __m256 accm[NC];
-    float tail_m[NC];
-    for (int c = 0; c < NC; ++c) accm[c] = _mm256_setzero_ps(), tail_m[c] = 0.0f;
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
         // 64 blocks further than prefetch_ahead's distance: streamed from DRAM the 17- and 18-byte blocks ran
         // at 10 GB/s with the default, 14 GB/s with this (bench_quants dot_x2/MXFP4/268435456).
         prefetch_ahead<8 * sizeof(b[i])>(b + i + 64);
-        const __m256 ws = G::scales8(b + i);
         __m512i q[4];
         for (int p = 0; p < 4; ++p)
             q[p] = _mm512_shuffle_epi8(table, nibbles64(b[i + 2 * p].qs, b[i + 2 * p + 1].qs));
-        for (int c = 0; c < NC; ++c) {
-            const __m512 sx = _mm512_castps256_ps512(_mm256_mul_ps(ws, _mm256_loadu_ps(s.x[c].d + i)));
-            accm[c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(s.x[c].s + i), accm[c]);
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; ++p) {
-                const __m512i pick =
-                    _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p), _mm512_set1_epi32(2 * p + 1));
-                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
-                acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, sx),
-                                      _mm512_cvtepi32_ps(x2_sum(q[p], s.x[c], i / 2 + p)), acc);
-            }
-        }
+        group8(q, G::scales8(b + i), i, s);
     }
     for (; i < nb; i += 2) {
         const bool two = i + 1 < nb;
@@ -133,39 +141,42 @@ void nl_dot(const void* w, Cols xs, int64_t n, float* out) {
             const __m512i sum = x2_sum(q, join(yi.hi, yn.hi), join(yi.lo, yn.lo));
             const float sb = two ? wb * yn.d : 0.0f;
             s.acc1[c] = _mm512_fmadd_ps(two_scales(wa * yi.d, sb), _mm512_cvtepi32_ps(sum), s.acc1[c]);
-            tail_m[c] += wa * yi.s + (two ? wb * yn.s : 0.0f);
+            s.tail_m[c] += wa * yi.s + (two ? wb * yn.s : 0.0f);
         }
     }
-    for (int c = 0; c < NC; ++c)
-        out[c] = lane_sum(_mm512_add_ps(s.acc0[c], s.acc1[c])) -
-                 float(G::kOffset) * (simd::hsum(accm[c]) + tail_m[c]);
+    s.finish(out, float(G::kOffset));
 }
 
-// IQ4_XS: sub-blocks 2p and 2p + 1 of a super-block (activation blocks 8i + 2p, + 1) per vector.
+// The eight sub-block scales d * (ls_j - 32) of an IQ4_XS super-block: ls_j's low 4 bits are bits 4j ..
+// 4j + 3 of the little-endian word scales_l, its top 2 bits bits 2j, 2j + 1 of scales_h (iq4_xs_scale).
+inline __m256 iq4_xs_scales(const BlockIQ4XS& b) {
+    uint32_t lo;
+    std::memcpy(&lo, b.scales_l, sizeof lo);
+    const __m256i j = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i low = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(int(lo)), _mm256_slli_epi32(j, 2)), _mm256_set1_epi32(0xF));
+    const __m256i top = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(j, 1)), _mm256_set1_epi32(3));
+    const __m256i ls =
+        _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(top, 4)), _mm256_set1_epi32(32));
+    return _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), _mm256_cvtepi32_ps(ls));
+}
+
+// IQ4_XS: a super-block is eight blocks of group8 (sub-blocks 2p and 2p + 1 per vector), the grid offset by
+// 128 and taken back as nl_dot does.
 template <int NC>
 void iq4_xs_dot(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const BlockIQ4XS*>(w);
     const __m512i table = grid_table<kIQ4NLValues, 128>();
     ColState<NC> s(xs, n);
     for (int64_t i = 0; i < n / kQKK; ++i) {
-        prefetch_ahead<sizeof(BlockIQ4XS)>(b + i);
-        const float d = half_to_float(b[i].d);
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; ++p) {
-            const __m512i q = _mm512_shuffle_epi8(table, nibbles64(b[i].qs + 32 * p, b[i].qs + 32 * p + 16));
-            const float sa = d * float(iq4_xs_scale(b[i], 2 * p) - 32),
-                        sb = d * float(iq4_xs_scale(b[i], 2 * p + 1) - 32);
-            const int64_t a = 8 * i + 2 * p;
-            for (int c = 0; c < NC; ++c) {
-                const __m512i sum =
-                    minus_offset<128>(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
-                __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
-                acc = _mm512_fmadd_ps(two_scales(sa * s.x[c].d[a], sb * s.x[c].d[a + 1]),
-                                      _mm512_cvtepi32_ps(sum), acc);
-            }
-        }
+        prefetch_ahead<sizeof(BlockIQ4XS)>(b + i + 8);
+        __m512i q[4];
+        for (int p = 0; p < 4; ++p)
+            q[p] = _mm512_shuffle_epi8(table, nibbles64(b[i].qs + 32 * p, b[i].qs + 32 * p + 16));
+        group8(q, iq4_xs_scales(b[i]), 8 * i, s);
     }
-    s.finish(out);
+    s.finish(out, 128.0f);
 }
 
 // Q2_K / Q3_K elements 64p .. 64p + 64 of a super-block (p < 4): half h = p / 2 of qs, bit planes 2j and
@@ -218,7 +229,7 @@ void q3_k_dot(const void* w, Cols xs, int64_t n, float* out) {
             const int64_t a = 8 * i + 2 * p;
             for (int c = 0; c < NC; ++c) {
                 const __m512i sum =
-                    minus_offset<4>(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
+                    minus_four(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
                 __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
                 acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, two_scales(s.x[c].d[a], s.x[c].d[a + 1])),
                                       _mm512_cvtepi32_ps(sum), acc);
@@ -234,8 +245,8 @@ template <int NC>
 void q2_k_dot(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const BlockQ2K*>(w);
     ColState<NC> s(xs, n);
-    __m512 accm[NC];
-    for (int c = 0; c < NC; ++c) accm[c] = _mm512_setzero_ps();
+    __m512 accmin[NC];
+    for (int c = 0; c < NC; ++c) accmin[c] = _mm512_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(0xF);
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(BlockQ2K)>(b + i);
@@ -253,11 +264,11 @@ void q2_k_dot(const void* w, Cols xs, int64_t n, float* out) {
                 __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
                 acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, dx), _mm512_cvtepi32_ps(x2_sum(q, s.x[c], a / 2)),
                                       acc);
-                accm[c] = _mm512_fmadd_ps(_mm512_mul_ps(dmp, dx), _mm512_cvtepi32_ps(xsum), accm[c]);
+                accmin[c] = _mm512_fmadd_ps(_mm512_mul_ps(dmp, dx), _mm512_cvtepi32_ps(xsum), accmin[c]);
             }
         }
     }
-    for (int c = 0; c < NC; ++c) s.acc1[c] = _mm512_add_ps(s.acc1[c], accm[c]);
+    for (int c = 0; c < NC; ++c) s.acc1[c] = _mm512_add_ps(s.acc1[c], accmin[c]);
     s.finish(out);
 }
 

@@ -80,9 +80,9 @@ inline void dequantize_act(const QuantTraits& q, const uint8_t* xq, int64_t n, f
 }
 
 // mu[i]: the minimum term of element i's weight (value = d * q + mu with unsigned q; Q4_0 / Q5_0 are
-// d * q - 8 d / - 16 d, Q2_K d * sc * q - dmin * m, IQ4_NL / MXFP4 d * (v + 128) - 128 d / d * (v + 12)
-// - 12 d in their AVX-512 dots); 0 for Q8_0, Q6_K and the other low-bit formats (their dots multiply
-// signed levels, or subtract Q3_K's and IQ4_XS's offsets in integers). The kernels sum the d *
+// d * q - 8 d / - 16 d, Q2_K d * sc * q - dmin * m, IQ4_NL / IQ4_XS / MXFP4 d * (v + 128) - 128 d and
+// d * (v + 12) - 12 d in their AVX-512 dots); 0 for Q8_0, Q6_K and Q3_K (their dots multiply signed levels,
+// or subtract Q3_K's offset in integers). The kernels sum the d *
 // q and mu terms separately, so |w - mu| + |mu| bounds what their roundings see.
 inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* row, int64_t n) {
     std::vector<float> mu(size_t(n), 0.0f);
@@ -100,8 +100,12 @@ inline std::vector<float> weight_minimums(const QuantTraits& q, const uint8_t* r
             mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(m);
         } else if (q.type == GgmlType::IQ4_NL) {  // the AVX-512 dot offsets the grid by 128
             mu[size_t(i)] = -128.0f * fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-        } else if (q.type == GgmlType::MXFP4) {  // ... and MXFP4's by 12
+        } else if (q.type == GgmlType::MXFP4) {  // ... MXFP4's by 12
             mu[size_t(i)] = -12.0f * quants::mxfp4_scale(blk[0]);
+        } else if (q.type == GgmlType::IQ4_XS) {  // ... and IQ4_XS's by 128
+            const auto& b = *reinterpret_cast<const quants::BlockIQ4XS*>(blk);
+            mu[size_t(i)] =
+                -128.0f * fp16_to_f32(b.d) * float(quants::iq4_xs_scale(b, int(i % 256) / 32) - 32);
         } else if (q.type == GgmlType::Q2_K) {
             const auto& b = *reinterpret_cast<const quants::BlockQ2K*>(blk);
             mu[size_t(i)] = -fp16_to_f32(b.dmin) * float(b.scales[i % 256 / 16] >> 4);
