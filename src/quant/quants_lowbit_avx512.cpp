@@ -64,7 +64,8 @@ struct MXFP4Grid {
     }
 };
 
-// Per-column state of the kernels: the activation row's blocks, offsets, wide copy and two chains.
+// Per-column state of the kernels: the activation row's blocks, offsets and wide copy, two accumulator
+// chains and the minimum terms of group8 (and of nl_dot's last blocks).
 template <int NC>
 struct ColState {
     const BlockQ8X2* y[NC];
@@ -108,12 +109,10 @@ inline void group8(const __m512i (&q)[4], __m256 ws, int64_t a, ColState<NC>& s)
     }
 }
 
-// IQ4_NL / MXFP4, eight blocks a step: the offset grid's levels against the activations (pairs 4k, 4k + 1
-// into chain 0, 4k + 2, 4k + 3 into chain 1), lane scales d_w * d_x permuted from one vector of the eight
-// blocks' products, and the offset taken back in f32 as a minimum term, -kOffset * d_w * s per block (s:
-// the block's represented sum), in its own chain: far fewer operations than exact integer offsets, at
-// the price of f32 roundings of terms up to kOffset * d_w * |x| (the test's minimum terms). A last odd
-// block fills both halves of its vector, the upper lanes scaled by 0.
+// IQ4_NL / MXFP4: group8 over eight blocks a step, the grid offset taken back in f32 (far fewer operations
+// than exact integer offsets, at the price of f32 roundings of terms up to kOffset * d_w * |x|: the test's
+// minimum terms); the last blocks a pair at a time, an odd last one filling both halves of its vector, the
+// upper lanes scaled by 0.
 template <class G, int NC>
 void nl_dot(const void* w, Cols xs, int64_t n, float* out) {
     const auto* b = static_cast<const typename G::Block*>(w);
@@ -206,9 +205,31 @@ inline __m512 quarter_scales(__m512 scales16, int p) {
     return _mm512_permutexvar_ps(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * p)), scales16);
 }
 
+// The steps d_x of activation blocks a .. a + 8 spread over 16 lanes, lane k taking block a + k / 2 (the
+// block of sub-block k of a Q2_K / Q3_K super-block).
+inline __m512 sub_block_steps(const float* d, int64_t a) {
+    const __m512i half = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_loadu_ps(d + a)));
+}
+
 // 16 scale bytes as f32 times d.
 inline __m512 scaled_bytes(__m128i bytes, float d) {
     return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+}
+
+// The sixteen 6-bit scales of a Q3_K super-block less 32 as bytes (q3_k_scale): the low nibbles of bytes
+// 0..7 then their high nibbles, each with bits 2 (k / 4), 2 (k / 4) + 1 of byte 8 + k % 4 on top.
+inline __m128i q3_k_scales(const uint8_t* scales) {
+    alignas(16) uint8_t raw[16] = {};
+    std::memcpy(raw, scales, 12);
+    const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(raw));
+    const __m128i both = _mm_unpacklo_epi64(v, v);
+    const __m128i low =
+        _mm_and_si128(_mm_blend_epi16(both, _mm_srli_epi16(both, 4), 0xF0), _mm_set1_epi8(0xF));
+    const __m128i spread =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
+    const __m128i top = _mm_and_si128(_mm_srlv_epi32(spread, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
 // Q3_K: (d * (sc_k - 32)) * d_x per lane times the exact lane of (q - 4) * x.
@@ -218,21 +239,18 @@ void q3_k_dot(const void* w, Cols xs, int64_t n, float* out) {
     ColState<NC> s(xs, n);
     for (int64_t i = 0; i < n / kQKK; ++i) {
         prefetch_ahead<sizeof(BlockQ3K)>(b + i);
-        alignas(16) int8_t sc[16];
-        for (int k = 0; k < 16; ++k) sc[k] = int8_t(q3_k_scale(b[i].scales, k) - 32);
-        const __m512 ds =
-            scaled_bytes(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)), half_to_float(b[i].d));
+        const __m512 ds = scaled_bytes(q3_k_scales(b[i].scales), half_to_float(b[i].d));
+        __m512 dsx[NC];  // lane k: (d * (sc_k - 32)) * d_x
+        for (int c = 0; c < NC; ++c) dsx[c] = _mm512_mul_ps(ds, sub_block_steps(s.x[c].d, 8 * i));
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m512i q = q3_k_levels64(b[i], p);
-            const __m512 dsp = quarter_scales(ds, p);
             const int64_t a = 8 * i + 2 * p;
             for (int c = 0; c < NC; ++c) {
                 const __m512i sum =
                     minus_four(x2_sum(q, s.x[c], a / 2), _mm512_loadu_si512(s.offsets[c] + 8 * a));
                 __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, two_scales(s.x[c].d[a], s.x[c].d[a + 1])),
-                                      _mm512_cvtepi32_ps(sum), acc);
+                acc = _mm512_fmadd_ps(quarter_scales(dsx[c], p), _mm512_cvtepi32_ps(sum), acc);
             }
         }
     }
@@ -253,18 +271,21 @@ void q2_k_dot(const void* w, Cols xs, int64_t n, float* out) {
         const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
         const __m512 ds = scaled_bytes(_mm_and_si128(sc, m4), half_to_float(b[i].d));
         const __m512 dm = scaled_bytes(_mm_and_si128(_mm_srli_epi16(sc, 4), m4), -half_to_float(b[i].dmin));
+        __m512 dsx[NC], dmx[NC];  // lane k: (d * sc_k) * d_x and -(dmin * m_k) * d_x
+        for (int c = 0; c < NC; ++c) {
+            const __m512 dx = sub_block_steps(s.x[c].d, 8 * i);
+            dsx[c] = _mm512_mul_ps(ds, dx), dmx[c] = _mm512_mul_ps(dm, dx);
+        }
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m512i q = crumbs64(b[i].qs, p);
-            const __m512 dsp = quarter_scales(ds, p), dmp = quarter_scales(dm, p);
             const int64_t a = 8 * i + 2 * p;
             for (int c = 0; c < NC; ++c) {
-                const __m512 dx = two_scales(s.x[c].d[a], s.x[c].d[a + 1]);
                 const __m512i xsum = _mm512_srai_epi32(_mm512_loadu_si512(s.offsets[c] + 8 * a), 5);
                 __m512& acc = p % 2 ? s.acc1[c] : s.acc0[c];
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(dsp, dx), _mm512_cvtepi32_ps(x2_sum(q, s.x[c], a / 2)),
+                acc = _mm512_fmadd_ps(quarter_scales(dsx[c], p), _mm512_cvtepi32_ps(x2_sum(q, s.x[c], a / 2)),
                                       acc);
-                accmin[c] = _mm512_fmadd_ps(_mm512_mul_ps(dmp, dx), _mm512_cvtepi32_ps(xsum), accmin[c]);
+                accmin[c] = _mm512_fmadd_ps(quarter_scales(dmx[c], p), _mm512_cvtepi32_ps(xsum), accmin[c]);
             }
         }
     }
