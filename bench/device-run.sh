@@ -12,8 +12,9 @@
 #   matvec   every bin/bench_cuda_matvec* at 20 iterations, the int8 rows (one token's products)
 #   batched  every bin/minfer* : bench --parallel $B (default 24,32,64) -p 128 -n 128 on each synthetic
 #            PRESET:TYPE of BATCH_MODELS (default qwen2.5-7b:Q4_K_M; ROUNDS rounds, default 2, interleaved);
-#            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are); FLAGS
-#            are added to every bench (e.g. --deterministic)
+#            with SWITCH set, bin/minfer runs again with that variable 1 (the others as they are); BASE
+#            (VAR=VALUE) is set for the runs but SWITCH's; FLAGS are added to every bench (e.g.
+#            --deterministic)
 #   timeline bench/cuda-timeline.sh with B=${TL_B:-8} on TL_MODEL (default qwen2.5-0.5b:Q4_K_M); needs
 #            libminfer_cuda_timeline.so packed beside bin/minfer
 #   peer     nothing: starts llama.cpp's build (carry/peer) for compare or serve in a later call
@@ -98,7 +99,7 @@ for section in "$@"; do
         for ((i = 0; i < ${ROUNDS:-2}; ++i)); do
           for b in $(variants) ${SWITCH:+"$SWITCH=1 bin/minfer"}; do
             [ -x "${b#* }" ] || continue
-            e=; [[ $b == *" "* ]] && e=${b% *}
+            e=${BASE:-}; [[ $b == *" "* ]] && e=${b% *}
             echo "-- $m $b: $(env $e timeout "$(lim 60)" "${b#* }" bench -m "$f" --device cuda \
               --parallel "${B:-24,32,64}" -p 128 -n 128 ${FLAGS:-} --json | python3 -c 'import json, sys
 rows = map(json.loads, sys.stdin)

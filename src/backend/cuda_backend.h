@@ -52,6 +52,11 @@ struct CudaOptions {
     // cuda_backend_moe.cpp), its expert stacks uploaded. Off (MINFER_NO_CUDA_MOE=1): its FFN nodes run on
     // the host, the executor moving x, the router logits and the output across.
     bool moe = true;
+    // Steps of at least moe_mma_tokens tokens run a mixture's experts as one tensor-core product per
+    // expert, its pairs the columns (cuda::matmul_mma_experts; stacks cuda::experts_mma_fits takes,
+    // never in the invariant mode); shorter ones as one-token products per pair (MINFER_MOE_MMA_TOKENS=N
+    // sets it; 0, the default until it is measured on a GPU: never).
+    int64_t moe_mma_tokens = 0;
     // Batch-invariant arithmetic (--deterministic): every product of a matrix cuda::mma_fits takes runs on
     // the tensor cores whatever its width (one column too), the other matrices' products column by column,
     // and attention in the per-row kernel with one token's key splits, so a row's numbers depend on its

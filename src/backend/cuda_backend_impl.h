@@ -275,7 +275,7 @@ struct CudaBackend::Impl {
     void fused_qkv(const ComputeGraph& g, const CNode& n);
     // A mixture of experts (cuda_backend_moe.cpp): whether its kernels take it, the scratch it needs.
     bool moe_supported(const CNode& n) const;
-    static size_t moe_scratch_floats(const CNode& n);
+    size_t moe_scratch_floats(const CNode& n) const;
     void moe_ffn(const CNode& n);
     void attention_gemm(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);
     void run(const ComputeGraph& g, const CNode& n, const NodeBuffers& bufs);

@@ -185,6 +185,8 @@ CudaOptions cuda_options_from_env() {
     o.half_weights = !env_flag("MINFER_NO_HALF_WEIGHTS");
     o.host_outputs = !env_flag("MINFER_NO_HOST_OUTPUTS");
     o.moe = !env_flag("MINFER_NO_CUDA_MOE");
+    if (const char* n = std::getenv("MINFER_MOE_MMA_TOKENS"); n && std::atoll(n) >= 0)
+        o.moe_mma_tokens = std::atoll(n);
     return o;
 }
 

@@ -48,6 +48,10 @@ const MmaType kTypes[] = {{GgmlType::Q4_K, false},
                           {GgmlType::Q8_0, false},
                           {GgmlType::Q5_0, false},
                           {GgmlType::Q4_0, false}};
+// The products per expert take two formats more (experts_mma_fits).
+const MmaType kExpertTypes[] = {{GgmlType::Q4_K, false}, {GgmlType::Q6_K, true},  {GgmlType::Q8_0, false},
+                                {GgmlType::Q5_0, false}, {GgmlType::Q4_0, false}, {GgmlType::IQ4_NL, false},
+                                {GgmlType::MXFP4, false}};
 
 std::string type_name(const ::testing::TestParamInfo<MmaType>& info) {
     return traits(info.param.type).name;
@@ -202,6 +206,107 @@ TEST_P(CudaMma, StagedEqualsDirect) {
             }
         }
 }
+
+// The columns of a mixture's products per expert laid out on the host as cuda::moe_route does: expert
+// e's count[e] columns from a multiple of 8, each a random token, its padding and extra columns -1; the
+// tiles of tile_cols columns over them, the rest of the table empty.
+struct HostColumns {
+    std::vector<int32_t> token, expert;  // per column; expert -1 off every expert's columns
+    std::vector<cuda::ExpertTile> tiles;
+};
+
+HostColumns lay_out(const std::vector<int>& count, int tile_cols, int64_t n_tok, std::mt19937& rng) {
+    HostColumns h;
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(n_tok - 1));
+    for (size_t e = 0; e < count.size(); ++e) {
+        const int first = int(h.token.size()), padded = (count[e] + 7) / 8 * 8;
+        for (int c = 0; c < padded; ++c) {
+            h.token.push_back(c < count[e] ? tok(rng) : -1);
+            h.expert.push_back(c < count[e] ? int32_t(e) : -1);
+        }
+        for (int c0 = 0; c0 < padded; c0 += tile_cols)
+            h.tiles.push_back({int32_t(e), first + c0, std::min(tile_cols, padded - c0), 0});
+    }
+    h.token.resize(h.token.size() + 16, -1), h.expert.resize(h.token.size(), -1);
+    h.tiles.resize(h.tiles.size() + 3, cuda::ExpertTile{-1, 0, 0, 0});
+    return h;
+}
+
+// y [n_cols][rows] of the stack's products per expert over the columns of x [n_tok][n_in].
+std::vector<float> run_experts(const QMatrix& w, int64_t rows, const DeviceBuffer<float>& x,
+                               const HostColumns& h, int tile_cols, const float* bias) {
+    const int64_t n_cols = int64_t(h.token.size());
+    DeviceBuffer<int32_t> token(h.token);
+    DeviceBuffer<cuda::ExpertTile> tiles(h.tiles);
+    DeviceBuffer<uint8_t> xq(cuda::mma_x_bytes(w.n_in, n_cols));
+    DeviceBuffer<float> y(std::vector<float>(size_t(n_cols * rows), 0.0f));
+    const cuda::MoeColumns cols{nullptr,  token.get(), tiles.get(), n_cols, int64_t(h.tiles.size()),
+                                tile_cols};
+    TestStream s;
+    cuda::quantize_x_mma_columns(x.get(), w.n_in, token.get(), true, n_cols, xq.get(), s.get());
+    cuda::matmul_mma_experts(w, rows, xq.get(), cols, y.get(), bias, s.get());
+    s.sync();
+    return y.download();
+}
+
+// Every expert's columns against the double products of its rows with the quantized x of each column's
+// token (within matmul_mma's budget), with and without the experts' biases, for every tile width; and a
+// column's bits are the same whatever the tile width (its arithmetic depends on its expert and x alone).
+// Experts with 0, 1, a tile's worth and several tiles of columns.
+class CudaMmaExperts : public ::testing::TestWithParam<MmaType> {};
+
+TEST_P(CudaMmaExperts, MatchReference) {
+    MINFER_SKIP_WITHOUT_GPU();
+    std::mt19937 rng(31);
+    const int64_t n_in = traits(GetParam().type).block_size == 32 ? 256 : 512, rows = 131, n_tok = 40;
+    const std::vector<int> count = {0, 1, 9, 70, 8, 17};
+    const int64_t n_expert = int64_t(count.size());
+    const HostMatrix w = quantized_matrix(GetParam().type, rows * n_expert, n_in, rng);
+    const DeviceMatrix dw(w, GetParam().padded);
+    ASSERT_TRUE(cuda::experts_mma_fits(dw.qm));
+    const std::vector<float> x = gaussian(rng, n_tok * n_in), bias = gaussian(rng, rows * n_expert);
+    DeviceBuffer<float> dx(x), dbias(bias);
+    const HostColumns h = lay_out(count, 8, n_tok, rng);
+    const int64_t n_cols = int64_t(h.token.size());
+    std::vector<float> xcols(size_t(n_cols * n_in), 0.0f);
+    for (int64_t c = 0; c < n_cols; ++c)
+        if (h.token[size_t(c)] >= 0)
+            std::copy_n(x.begin() + h.token[size_t(c)] * n_in, n_in, xcols.begin() + c * n_in);
+    const RefDots ref = reference_dots(w, quantized_x(xcols, cuda::XQuant::kInt8x2), n_cols);
+    std::vector<float> first;
+    double worst = 0.0;
+    for (const int tile_cols : {8, 16, 32, 64})
+        for (const bool has_bias : {false, true}) {
+            const HostColumns ht = lay_out(count, tile_cols, n_tok, rng);
+            HostColumns same = h;
+            same.tiles = ht.tiles;
+            const std::vector<float> y =
+                run_experts(dw.qm, rows, dx, same, tile_cols, has_bias ? dbias.get() : nullptr);
+            for (int64_t c = 0; c < n_cols; ++c) {
+                const int32_t e = h.expert[size_t(c)];
+                if (e < 0) continue;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const size_t k = size_t(c * w.n_out + e * rows + r);
+                    const double b = has_bias ? bias[size_t(e * rows + r)] : 0.0;
+                    const double tol = kRelBudget * (ref.mag[k] + std::fabs(b)) + kAbsBudget;
+                    const double got = y[size_t(c * rows + r)];
+                    ASSERT_NEAR(got, ref.dot[k] + b, tol)
+                        << "tiles of " << tile_cols << ", column " << c << " (expert " << e << "), row " << r;
+                    worst = std::max(worst, std::fabs(got - ref.dot[k] - b) / tol);
+                }
+            }
+            if (has_bias) continue;
+            if (first.empty()) first = y;
+            for (int64_t c = 0; c < n_cols; ++c)
+                if (h.expert[size_t(c)] >= 0) {
+                    ASSERT_EQ(std::memcmp(first.data() + c * rows, y.data() + c * rows, size_t(rows) * 4), 0)
+                        << "column " << c << " differs between tiles of 8 and of " << tile_cols;
+                }
+        }
+    std::printf("[ budget   ] worst matmul_mma_experts error / budget: %.4f\n", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMmaExperts, ::testing::ValuesIn(kExpertTypes), type_name);
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMma, ::testing::ValuesIn(kTypes), type_name);
 
@@ -419,6 +524,11 @@ TEST(CudaMmaApi, FitsAndRefusals) {
     const QMatrix q5k{GgmlType::Q5_K, nullptr, 512, 16};
     const QMatrix f16{GgmlType::F16, nullptr, 512, 16};
     const QMatrix q8_odd{GgmlType::Q8_0, nullptr, 40, 16};
+    const QMatrix mxfp4{GgmlType::MXFP4, nullptr, 512, 16}, q2k{GgmlType::Q2_K, nullptr, 512, 16};
+    EXPECT_FALSE(cuda::mma_fits(mxfp4));
+    EXPECT_FALSE(cuda::mma_fits(q2k));
+    EXPECT_TRUE(cuda::experts_mma_fits(mxfp4));
+    EXPECT_FALSE(cuda::experts_mma_fits(QMatrix{GgmlType::Q8_0, nullptr, 96, 16}));  // not whole stages
     EXPECT_TRUE(cuda::mma_fits(q4k));
     EXPECT_TRUE(cuda::mma_fits(q6k_padded));
     EXPECT_FALSE(cuda::mma_fits(q6k_raw));

@@ -47,7 +47,8 @@ TempDir& scratch() {
 
 // more_bits: llama-quantize's _M mix, these matrices (attn_v and ffn_down of both layers) in that type.
 // n_vocab >= 65536 gets an output head of its own (untied), which the CUDA backend uploads tiled for Q4_K.
-// gemma3 has six layers, five of them within a window of 8 positions; qwen3moe 8 experts of width 64.
+// gemma3 has six layers, five of them within a window of 8 positions; qwen3moe 8 experts of width 128
+// (rows of whole stages, which the products per expert take: CudaMoe.ProductsPerExpert).
 std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_vocab = 512,
                              std::optional<GgmlType> more_bits = std::nullopt) {
     TempDir& dir = scratch();
@@ -66,7 +67,7 @@ std::unique_ptr<Model> synth(const std::string& arch, GgmlType type, int64_t n_v
             {"gpt-oss.rope.scaling.type", GgufValue{GgufValueType::STRING, std::string("yarn")}},
             {"gpt-oss.rope.scaling.factor", GgufValue{GgufValueType::F32, 32.0}}};
     }
-    s.n_ff_exp = 64;
+    s.n_ff_exp = 128;
     const std::string path = dir.file(arch + "-" + std::to_string(count++) + ".gguf");
     write_synth_model(s, path);
     return Model::load(path);
@@ -573,6 +574,26 @@ TEST(CudaMoe, ExpertsOnTheHost) {
     for (const char* arch : {"qwen3moe", "gpt-oss"}) {
         expect_many_sequences_match_cpu(TypeCase{arch, GgmlType::Q8_0, 1e-2f, 0});
         expect_deterministic_rows_equal_alone(arch, GgmlType::Q8_0);
+    }
+}
+
+// With MINFER_MOE_MMA_TOKENS=8, steps of 8 tokens or more run the experts as one tensor-core product per
+// expert (CudaOptions::moe_mma_tokens), under the checks of the one-token products: a CPU engine's logits
+// in mixed batches (prompts of 1 to 70 tokens in one step, then decode steps of 12, 5 and 1 sequences:
+// both kinds of product), and a 24-token prefill of each mixture within the prefill budget.
+TEST(CudaMoe, ProductsPerExpert) {
+    MINFER_REQUIRE_GPU();
+    const EnvGuard on("MINFER_MOE_MMA_TOKENS", "8");
+    for (const char* arch : {"qwen3moe", "gpt-oss"}) {
+        SCOPED_TRACE(arch);
+        expect_many_sequences_match_cpu(TypeCase{arch, GgmlType::Q8_0, 1e-2f, 0});
+        const auto m = synth(arch, GgmlType::Q8_0);
+        const auto ref = dequantized(*m);
+        Session cpu(*ref, {128, 2, BackendKind::Cpu}), gpu(*m, {128, 2, BackendKind::Cuda});
+        const std::vector<int32_t> ids = prompt(24, m->hp.n_vocab);
+        const std::span<const float> w = cpu.forward(ids, int64_t(ids.size()));
+        const std::vector<float> want(w.begin(), w.end());
+        EXPECT_LE(max_abs_diff(gpu.forward(ids, int64_t(ids.size())), want), 1e-2f * max_abs(want));
     }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -69,24 +70,39 @@ __device__ void route_token(const float* l, const MoeRouting& r, int32_t* ids, f
     for (int64_t j = 0; j < r.k; ++j) w[j] = float(r.norm ? prob(j) / sum : prob(j));  // one rounding
 }
 
-// Exclusive prefix sums of c[0, n) in place, n <= kMaxExperts, by the whole block.
-__device__ void exclusive_scan(int32_t* c, int n) {
-    __shared__ int32_t warp_total[kRouteWarps];
-    const int per = (n + kRouteThreads - 1) / kRouteThreads, first = int(threadIdx.x) * per;
-    int32_t own = 0;
-    for (int i = first; i < first + per && i < n; ++i) own += c[i];
+// Each thread's exclusive prefix sums of the block's `own` values (two counters at once), in thread order.
+__device__ int2 block_exclusive(int2 own) {
+    __shared__ int2 warp_total[kRouteWarps];
     const int lane = int(threadIdx.x % kWarpSize), warp = int(threadIdx.x / kWarpSize);
-    int32_t incl = own;
+    int2 incl = own;
     for (int o = 1; o < kWarpSize; o <<= 1) {
-        const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
+        const int x = __shfl_up_sync(0xffffffffu, incl.x, o), y = __shfl_up_sync(0xffffffffu, incl.y, o);
+        if (lane >= o) incl.x += x, incl.y += y;
     }
     if (lane == kWarpSize - 1) warp_total[warp] = incl;
     __syncthreads();
-    int32_t before = incl - own;
-    for (int w = 0; w < warp; ++w) before += warp_total[w];
-    __syncthreads();  // every thread has read c's chunk sums before they are overwritten
-    for (int i = first; i < first + per && i < n; ++i) {
+    int2 before{incl.x - own.x, incl.y - own.y};
+    for (int w = 0; w < warp; ++w) before.x += warp_total[w].x, before.y += warp_total[w].y;
+    __syncthreads();  // every thread has read warp_total before a next call writes it
+    return before;
+}
+
+// The experts [first, last) of this thread when n are shared out in consecutive chunks.
+struct Chunk {
+    int first, last;
+};
+__device__ Chunk chunk_of(int n) {
+    const int per = (n + kRouteThreads - 1) / kRouteThreads, first = int(threadIdx.x) * per;
+    return {min(first, n), min(first + per, n)};
+}
+
+// Exclusive prefix sums of c[0, n) in place, n <= kMaxExperts, by the whole block.
+__device__ void exclusive_scan(int32_t* c, int n) {
+    const Chunk ch = chunk_of(n);
+    int32_t own = 0;
+    for (int i = ch.first; i < ch.last; ++i) own += c[i];
+    int32_t before = block_exclusive({own, 0}).x;
+    for (int i = ch.first; i < ch.last; ++i) {
         const int32_t v = c[i];
         c[i] = before;
         before += v;
@@ -94,8 +110,35 @@ __device__ void exclusive_scan(int32_t* c, int n) {
     __syncthreads();
 }
 
+// The columns layout (MoeColumns) of the grouped pairs, expert e's at positions [end[e - 1], end[e]) of
+// m.order: its columns from first_col[e] (shared scratch of n), padded to a multiple of 8, and its tiles.
+__device__ void lay_out_columns(const int32_t* end, int n, int64_t pairs, int64_t k, const MoeSlots& m,
+                                const MoeColumns& c, int32_t* first_col) {
+    for (int64_t i = threadIdx.x; i < c.n_cols; i += kRouteThreads) c.token[i] = -1;
+    for (int64_t i = threadIdx.x; i < c.n_tiles; i += kRouteThreads) c.tiles[i].expert = -1;
+    const auto begin = [&](int e) { return e > 0 ? end[e - 1] : 0; };
+    const auto padded = [&](int e) { return (end[e] - begin(e) + 7) / 8 * 8; };
+    const Chunk ch = chunk_of(n);
+    int2 own{0, 0};
+    for (int e = ch.first; e < ch.last; ++e)
+        own.x += padded(e), own.y += (padded(e) + c.tile_cols - 1) / c.tile_cols;
+    int2 at = block_exclusive(own);  // after the fills above: the tiles written below come later
+    for (int e = ch.first; e < ch.last; ++e) {
+        first_col[e] = at.x;
+        for (int c0 = 0; c0 < padded(e); c0 += c.tile_cols)
+            c.tiles[at.y++] = {e, at.x + c0, min(c.tile_cols, padded(e) - c0), 0};
+        at.x += padded(e);
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < pairs; i += kRouteThreads) {
+        const int32_t p = m.order[i], e = m.ids[p], col = first_col[e] + int32_t(i) - begin(e);
+        c.col[p] = col;
+        c.token[col] = int32_t(p / k);
+    }
+}
+
 __global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const float* logits, int64_t nt, MoeRouting r, MoeSlots m) {
+    route_kernel(const float* logits, int64_t nt, MoeRouting r, MoeSlots m, MoeColumns c) {
     __shared__ uint32_t taken[kRouteWarps][kMaskWords];
     __shared__ int32_t cursor[kMaxExperts];
     begin_kernel();
@@ -114,6 +157,10 @@ __global__ void __launch_bounds__(kRouteThreads)
         m.order[at] = int32_t(p);
         m.where[p] = at;
     }
+    if (!c.col) return;
+    __syncthreads();  // cursor[e] is the end of expert e's positions, and order is written
+    static_assert(sizeof(taken) >= kMaxExperts * sizeof(int32_t), "the first columns reuse taken");
+    lay_out_columns(cursor, n, pairs, r.k, m, c, reinterpret_cast<int32_t*>(&taken[0][0]));
 }
 
 __global__ void combine_kernel(const float* out, MoeSlots m, int64_t k, int64_t d, float* y) {
@@ -128,13 +175,29 @@ __global__ void combine_kernel(const float* out, MoeSlots m, int64_t k, int64_t 
 
 }  // namespace
 
-void moe_route(const float* logits, int64_t nt, const MoeRouting& r, const MoeSlots& slots, Stream s) {
+int64_t moe_max_columns(int64_t pairs, int64_t n_expert) {
+    return (pairs + 7 * std::min(pairs, n_expert) + 7) / 8 * 8;
+}
+
+int64_t moe_max_tiles(int64_t pairs, int64_t n_expert, int tile_cols) {
+    return (pairs + tile_cols - 1) / tile_cols + std::min(pairs, n_expert);
+}
+
+void moe_route(const float* logits, int64_t nt, const MoeRouting& r, const MoeSlots& slots, Stream s,
+               const MoeColumns* cols) {
     if (r.n_expert < 1 || r.n_expert > kMaxExperts || r.k < 1 || r.k > r.n_expert)
         throw Error("CUDA moe_route: " + std::to_string(r.k) + " of " + std::to_string(r.n_expert) +
                     " experts is out of range");
-    if (nt * r.k > INT32_MAX) throw Error("CUDA moe_route: too many tokens");
+    if (nt * r.k > INT32_MAX / 2) throw Error("CUDA moe_route: too many tokens");
+    const int64_t pairs = nt * r.k;
+    if (cols && (cols->tile_cols < 8 || cols->tile_cols % 8 != 0 ||
+                 cols->n_cols < moe_max_columns(pairs, r.n_expert) ||
+                 cols->n_tiles < moe_max_tiles(pairs, r.n_expert, cols->tile_cols)))
+        throw Error("CUDA moe_route: the columns layout has too little room for " + std::to_string(pairs) +
+                    " pairs");
     if (nt < 1) return;
-    launch("moe route kernel", route_kernel, 1, kRouteThreads, 0, s, logits, nt, r, slots);
+    launch("moe route kernel", route_kernel, 1, kRouteThreads, 0, s, logits, nt, r, slots,
+           cols ? *cols : MoeColumns{});
 }
 
 void moe_combine(const float* out, const MoeSlots& slots, int64_t nt, int64_t k, int64_t d, float* y,

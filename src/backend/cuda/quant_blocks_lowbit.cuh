@@ -22,16 +22,17 @@ namespace minfer::cuda::qblocks {
 
 // The N 32-bit words at the byte address p (any alignment), from the N + 1 aligned 32-bit words around
 // them joined by funnel shifts. The loads read only the aligned words that hold bytes of [p, p + 4N), so
-// they stay within the matrix (matrices start 16-byte aligned).
-template <int N>
+// they stay within the matrix (matrices start 16-byte aligned). kReadOnly: as ld16's.
+template <int N, bool kReadOnly = true>
 __device__ __forceinline__ void ld_words_a1(const uint8_t* p, uint32_t (&w)[N]) {
     const auto* a = reinterpret_cast<const unsigned int*>(uintptr_t(p) & ~uintptr_t(3));
     const uint32_t shift = uint32_t(uintptr_t(p) & 3) * 8;
+    // The word of the last byte: a + N when p is not aligned, else a + N - 1 (then unused: shift is 0).
+    const auto* last = reinterpret_cast<const unsigned int*>((uintptr_t(p) + 4 * N - 1) & ~uintptr_t(3));
     uint32_t v[N + 1];
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = __ldg(a + i);
-    // The word of the last byte: a + N when p is not aligned, else a + N - 1 (then unused: shift is 0).
-    v[N] = __ldg(reinterpret_cast<const unsigned int*>((uintptr_t(p) + 4 * N - 1) & ~uintptr_t(3)));
+    for (int i = 0; i < N; ++i) v[i] = kReadOnly ? __ldg(a + i) : a[i];
+    v[N] = kReadOnly ? __ldg(last) : *last;
 #pragma unroll
     for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }
@@ -63,6 +64,13 @@ struct MXFP4Table {
                               kW1 = table_word(kMXFP4Levels, kBias, 1),
                               kW2 = table_word(kMXFP4Levels, kBias, 2),
                               kW3 = table_word(kMXFP4Levels, kBias, 3);
+};
+// The same tables unbiased, their entries as signed bytes (the int8 tensor cores' levels, quant_mma.cu).
+template <const int8_t (&kLevels)[16]>
+struct SignedTable {
+    static constexpr int kBias = 0;
+    static constexpr uint32_t kW0 = table_word(kLevels, 0, 0), kW1 = table_word(kLevels, 0, 1),
+                              kW2 = table_word(kLevels, 0, 2), kW3 = table_word(kLevels, 0, 3);
 };
 static_assert(IQ4Table::kW0 == 0x3F2D1801u && IQ4Table::kW3 == 0xF1D9C5B5u);
 static_assert(MXFP4Table::kW1 == 0x18141210u && MXFP4Table::kW3 == 0x00040608u);

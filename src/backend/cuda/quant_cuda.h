@@ -18,8 +18,8 @@ using Stream = CUstream_st*;
 // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, and the low-bit Q2_K, Q3_K, IQ4_NL,
 // IQ4_XS, MXFP4: matvec, matvec_swiglu, the dequantizations and get_rows take each of them in the block
 // layout. The other layouts and kernels take fewer (tiles_fit, pads_fit, dp4a_fits; mma_fits in
-// quant_mma.h): the low-bit types none of them, so their decode runs the f32-x matvec and their prefill
-// dequant_f16 and cuBLAS.
+// quant_mma.h): of the low-bit types only the experts' tensor-core products take IQ4_NL and MXFP4, so
+// their decode runs the f32-x matvec and their dense prefill dequant_f16 and cuBLAS.
 bool quant_supported(GgmlType t);
 
 // How one token's products with a matrix take x (matvec_int8_x): in f32, or quantized per 32 elements

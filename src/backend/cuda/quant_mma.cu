@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/launch.cuh"
@@ -255,7 +256,22 @@ struct Int8Product {
 // on it); x after.
 template <class W, int kNb, int kGroups, int kStages>
 __global__ void __launch_bounds__(staged_threads(kGroups, 1)) staged_kernel(MmaArgs a) {
-    staged_block<Int8Product, W, kNb, kGroups, 1, kStages>(a);
+    staged_column_tile<Int8Product, W, kNb, kGroups, 1, kStages>(a);
+}
+
+// Grid: x the tiles of a mixture's columns (MoeColumns; those past the routing's are empty), y one
+// expert's row blocks (a.n_out its rows; never split). The tile's expert, which the routing wrote, picks
+// the weights: it is read after the wait for the previous kernel.
+template <class W, int kNb, int kGroups, int kStages>
+__global__ void __launch_bounds__(staged_threads(kGroups, 1))
+    experts_kernel(MmaArgs a, const ExpertTile* tiles) {
+    wait_for_inputs();
+    const ExpertTile t = tiles[blockIdx.x];
+    if (t.expert < 0) return;
+    MmaArgs e = a;
+    e.w += int64_t(t.expert) * a.n_out * a.row_bytes;
+    if (a.bias) e.bias += int64_t(t.expert) * a.n_out;
+    staged_block<Int8Product, W, kNb, kGroups, 1, kStages>(e, t.col, t.cols);
 }
 
 // y = the splits' partial sums added in split order (+ bias) (+ res).
@@ -271,16 +287,31 @@ __global__ void reduce_kernel(const float* part, int splits, int64_t n, int n_ou
     y[i] = v;
 }
 
+// Which row of x each column of a quantized x takes: column c itself below nt, or as `token` says
+// (quantize_x_mma_columns); -1: none, zeros.
+struct ColumnRows {
+    int nt;
+    const int32_t* token;
+    bool gather;
+    __device__ int row(int c) const {
+        if (!token) return c < nt ? c : -1;
+        const int32_t t = token[c];
+        return t < 0 ? -1 : gather ? t : c;
+    }
+};
+
 // Eight consecutive threads quantize one column's 32-element block, four elements each (levels4, as
-// quantize_x8); columns nt..nt8-1 become zeros.
-__global__ void quantize_kernel(const float* x, int64_t n_in, int nt, int nt8, int8_t* xq, float2* xm) {
+// quantize_x8); columns without a row become zeros.
+__global__ void quantize_kernel(const float* x, int64_t n_in, ColumnRows rows, int nt8, int8_t* xq,
+                                float2* xm) {
     begin_kernel();
     const int64_t quads = n_in / 4, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= quads * nt8) return;  // whole groups of eight: quads is a multiple of 8
-    const int c = int(i / quads);
+    const int c = int(i / quads), row = rows.row(c);
     const int64_t q = i % quads, kb = q / 8;
     const int e = int(q % 8) * 4;
-    const float4 v = c < nt ? __ldg(reinterpret_cast<const float4*>(x + c * n_in) + q) : float4{0, 0, 0, 0};
+    const float4 v =
+        row >= 0 ? __ldg(reinterpret_cast<const float4*>(x + row * n_in) + q) : float4{0, 0, 0, 0};
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -330,9 +361,64 @@ void launch_type(const MmaArgs& a, int nb8, const Split& sp, bool staged, Stream
     launch_direct<W>(a, nb8, sp.splits, s);
 }
 
-}  // namespace
+template <class W, int kNb, int kGroups>
+void launch_experts_tile(const MmaArgs& a, const MoeColumns& c, Stream s) {
+    constexpr int kCols = 8 * kNb * kGroups, kStages = StageOf<W>::stages(kCols);
+    const dim3 grid(unsigned(c.n_tiles), unsigned((a.n_out + kBlockRows - 1) / kBlockRows));
+    launch_staged_grid<experts_kernel<W, kNb, kGroups, kStages>, StageOf<W>, kCols,
+                       staged_threads(kGroups, 1), kStages>("mma experts kernel", grid, s, a, c.tiles);
+}
 
-bool mma_fits(const QMatrix& w) {
+template <class W>
+void launch_experts(const MmaArgs& a, const MoeColumns& c, Stream s) {
+    switch (c.tile_cols) {
+        case 64:
+            return launch_experts_tile<W, 4, 2>(a, c, s);
+        case 32:
+            return launch_experts_tile<W, 4, 1>(a, c, s);
+        case 16:
+            return launch_experts_tile<W, 2, 1>(a, c, s);
+        case 8:
+            return launch_experts_tile<W, 1, 1>(a, c, s);
+        default:
+            throw Error("CUDA matmul_mma_experts: tiles of " + std::to_string(c.tile_cols) + " columns");
+    }
+}
+
+void launch_quantize(const float* x, int64_t n_in, const ColumnRows& rows, int64_t nt8, void* xq, Stream s) {
+    if (n_in % 32 != 0) throw Error("CUDA quantize_x_mma: length not a multiple of 32");
+    if (!aligned16(x) || !aligned16(xq)) throw Error("CUDA quantize_x_mma: pointers not 16-byte aligned");
+    if (n_in == 0 || nt8 == 0) return;
+    auto* q = static_cast<int8_t*>(xq);
+    const int64_t threads = n_in / 4 * nt8;
+    launch("mma quantize kernel", quantize_kernel, unsigned((threads + 255) / 256), 256, 0, s, x, n_in, rows,
+           int(nt8), q, reinterpret_cast<float2*>(q + levels_bytes(n_in, nt8)));
+}
+
+// The arguments of a product of w with nt8 columns of xq (nt of them real), its rows' blocks in ranges
+// of per_split.
+MmaArgs args_of(const QMatrix& w, const void* xq, int64_t nt, int64_t nt8, int per_split, float* y,
+                const float* bias, const float* res, float* part) {
+    const Layout l = layout_of(w.type);
+    const int64_t nb = w.n_in / l.block_elems;
+    const auto* q = static_cast<const int8_t*>(xq);
+    return {static_cast<const uint8_t*>(w.data),
+            nb * l.block_bytes,
+            int(w.n_out),
+            int(nt),
+            int(nt8),
+            int(nb),
+            per_split,
+            q,
+            reinterpret_cast<const float2*>(q + levels_bytes(w.n_in, nt8)),
+            y,
+            bias,
+            res,
+            part};
+}
+
+// Whether a reader (quant_mma_common.cuh) takes w's blocks.
+bool readable(const QMatrix& w) {
     switch (w.type) {
         case GgmlType::Q4_K:
             return !w.tiled && !w.padded && w.n_in % 256 == 0;
@@ -341,16 +427,28 @@ bool mma_fits(const QMatrix& w) {
         case GgmlType::Q8_0:
         case GgmlType::Q5_0:
         case GgmlType::Q4_0:
+        case GgmlType::IQ4_NL:
+        case GgmlType::MXFP4:
             return !w.tiled && !w.padded && w.n_in % 32 == 0;
         case GgmlType::Q2_K:  // no tensor-core reader: the matvec and dequant_f16 + cuBLAS take them
         case GgmlType::Q3_K:
-        case GgmlType::IQ4_NL:
         case GgmlType::IQ4_XS:
-        case GgmlType::MXFP4:
             return false;
         default:
             return false;
     }
+}
+
+}  // namespace
+
+bool mma_fits(const QMatrix& w) {
+    return readable(w) && w.type != GgmlType::IQ4_NL && w.type != GgmlType::MXFP4;
+}
+
+bool experts_mma_fits(const QMatrix& w) {
+    if (!readable(w)) return false;
+    const Layout l = layout_of(w.type);  // rows of whole stages (split_of's `staged`, without the device)
+    return w.n_in / l.block_elems % l.stage_blocks == 0;
 }
 
 size_t mma_x_bytes(int64_t n_in, int64_t nt) {
@@ -363,13 +461,13 @@ size_t mma_scratch_floats(const QMatrix& w, int64_t nt) {
 }
 
 void quantize_x_mma(const float* x, int64_t n_in, int64_t nt, void* xq, Stream s) {
-    if (n_in % 32 != 0) throw Error("CUDA quantize_x_mma: length not a multiple of 32");
-    if (!aligned16(x) || !aligned16(xq)) throw Error("CUDA quantize_x_mma: pointers not 16-byte aligned");
-    if (n_in == 0 || nt == 0) return;
-    auto* q = static_cast<int8_t*>(xq);
-    const int64_t threads = n_in / 4 * cols8(nt);
-    launch("mma quantize kernel", quantize_kernel, unsigned((threads + 255) / 256), 256, 0, s, x, n_in,
-           int(nt), int(cols8(nt)), q, reinterpret_cast<float2*>(q + levels_bytes(n_in, nt)));
+    launch_quantize(x, n_in, {int(nt), nullptr, false}, cols8(nt), xq, s);
+}
+
+void quantize_x_mma_columns(const float* x, int64_t n_in, const int32_t* token, bool gather, int64_t n_cols,
+                            void* xq, Stream s) {
+    if (n_cols % 8 != 0) throw Error("CUDA quantize_x_mma_columns: columns not a multiple of 8");
+    launch_quantize(x, n_in, {int(n_cols), token, gather}, n_cols, xq, s);
 }
 
 void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const float* bias, const float* res,
@@ -378,29 +476,33 @@ void matmul_mma(const QMatrix& w, const void* xq, int64_t nt, float* y, const fl
     if (!aligned16(w.data) || !aligned16(xq))
         throw Error("CUDA matmul_mma: weights and x must be 16-byte aligned");
     if (w.n_out == 0 || nt == 0) return;
-    const Layout l = layout_of(w.type);
-    const int64_t nb = w.n_in / l.block_elems;
     const Split sp = split_of(w);
     if (sp.splits > 1 && !scratch) throw Error("CUDA matmul_mma: split product without scratch");
     const bool staged =
         sp.staged && (kernel == MmaKernel::Staged || (kernel == MmaKernel::Auto && nt >= kStagedFrom));
-    const auto* q = static_cast<const int8_t*>(xq);
-    const MmaArgs a{static_cast<const uint8_t*>(w.data),
-                    nb * l.block_bytes,
-                    int(w.n_out),
-                    int(nt),
-                    int(cols8(nt)),
-                    int(nb),
-                    sp.per_split,
-                    q,
-                    reinterpret_cast<const float2*>(q + levels_bytes(w.n_in, nt)),
-                    y,
-                    bias,
-                    res,
-                    sp.splits > 1 ? scratch : nullptr};
+    const MmaArgs a =
+        args_of(w, xq, nt, cols8(nt), sp.per_split, y, bias, res, sp.splits > 1 ? scratch : nullptr);
     const int nb8 = int(cols8(nt) / 8);
     with_format(w.type, [&](auto fmt) { launch_type<decltype(fmt)>(a, nb8, sp, staged, s); });
     if (sp.splits > 1) reduce_splits(scratch, sp.splits, nt, w.n_out, bias, res, y, s);
+}
+
+bool experts_tile_fits(int tile_cols) {
+    return tile_cols == 8 || tile_cols == 16 || tile_cols == 32 || tile_cols == 64;
+}
+
+void matmul_mma_experts(const QMatrix& w, int64_t rows, const void* xq, const MoeColumns& cols, float* y,
+                        const float* bias, Stream s) {
+    if (!experts_mma_fits(w)) throw Error("CUDA matmul_mma_experts: matrix type or layout not supported");
+    if (!aligned16(w.data) || !aligned16(xq))
+        throw Error("CUDA matmul_mma_experts: weights and x must be 16-byte aligned");
+    if (rows < 1 || w.n_out % rows != 0 || cols.n_cols % 8 != 0 || !experts_tile_fits(cols.tile_cols))
+        throw Error("CUDA matmul_mma_experts: bad stack or columns layout");
+    if (cols.n_tiles == 0) return;
+    const QMatrix expert{w.type, w.data, w.n_in, rows, w.tiled, w.padded};
+    const int nb = int(w.n_in / layout_of(w.type).block_elems);
+    const MmaArgs a = args_of(expert, xq, cols.n_cols, cols.n_cols, nb, y, bias, nullptr, nullptr);
+    with_format(w.type, [&](auto fmt) { launch_experts<decltype(fmt)>(a, cols, s); });
 }
 
 void mma::reduce_splits(const float* part, int splits, int64_t nt, int64_t n_out, const float* bias,

@@ -157,6 +157,30 @@ struct Block32 : ScaledBlock32 {
     }
 };
 
+// IQ4_NL (18 bytes: half d, qs[16]; 2-byte aligned) and MXFP4 (17 bytes: E8M0 exponent e, qs[16]; 1-byte
+// aligned): Q4_0's nibble order, each nibble an index into a 16-entry table of signed levels
+// (kIQ4NLLevels, or kMXFP4Levels: twice the E2M1 values) looked up by byte permutes; w = d * level, d the
+// half scale or 2^(e - 128) (mxfp4_scale, exact in f32).
+template <bool kMx>
+struct NL32 : ScaledBlock32 {
+    static constexpr int kBytes = kMx ? 17 : 18;
+    using Table = qblocks::SignedTable<kMx ? qblocks::kMXFP4Levels : qblocks::kIQ4NLLevels>;
+    __device__ static Head head(const uint8_t* b) {
+        if constexpr (!kMx) return {h2f(ld16(b))};
+        const uint32_t e = *b;
+        return {__uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23)};
+    }
+    __device__ static void levels(const uint8_t* b, int, int t, uint32_t& w0, uint32_t& w1) {
+        uint32_t w[2];
+        if constexpr (kMx)
+            qblocks::ld_words_a1<2, false>(b + 1 + 8 * (t % 2), w);
+        else
+            ld_words_a2<2>(b + 2 + 8 * (t % 2), w);
+        const uint2 v0 = qblocks::lookup16x2<Table>(w[0]), v1 = qblocks::lookup16x2<Table>(w[1]);
+        w0 = t < 2 ? v0.x : v0.y, w1 = t < 2 ? v1.x : v1.y;
+    }
+};
+
 // f(W{}) with the reader W of weight type t: the formats mma_fits admits (it is checked first).
 template <class F>
 void with_format(GgmlType t, const F& f) {
@@ -171,11 +195,13 @@ void with_format(GgmlType t, const F& f) {
             return f(Block32<true>{});
         case GgmlType::Q4_0:
             return f(Block32<false>{});
+        case GgmlType::IQ4_NL:
+            return f(NL32<false>{});
+        case GgmlType::MXFP4:
+            return f(NL32<true>{});
         case GgmlType::Q2_K:
         case GgmlType::Q3_K:
-        case GgmlType::IQ4_NL:
         case GgmlType::IQ4_XS:
-        case GgmlType::MXFP4:
             throw Error(std::string("CUDA tensor-core product: no block reader for the low-bit type ") +
                         ggml_type_name(t) + " (mma_fits refuses it)");
         default:
@@ -216,7 +242,8 @@ struct WeightStage {
     static constexpr int kSub = W::kSub * kBlocks;        // 32-element blocks per stage: 8 or 4
     static constexpr int kElems = 32 * kSub;
     static constexpr int kRowBytes = W::kBytes * kBlocks;
-    static constexpr int kChunk = kRowBytes % 16 == 0 ? 16 : 8;  // cp.async size (8: 32-element formats)
+    // cp.async size: 8 for the 32-element formats, 4 for MXFP4's 68-byte stages.
+    static constexpr int kChunk = kRowBytes % 16 == 0 ? 16 : kRowBytes % 8 == 0 ? 8 : 4;
     // Rows 32 mod 128 bytes apart: lanes (g, t) reading 8 bytes at g * stride + 8 t hit distinct banks.
     static constexpr int kRowStride = (kRowBytes - 32 + 127) / 128 * 128 + 32;
     static constexpr int kWBytes = kBlockRows * kRowStride;
@@ -320,15 +347,15 @@ __device__ __forceinline__ void sum_k_groups(uint8_t* smem, int kg, float (&acc)
     }
 }
 
-// A thread block's part of a staged product: tile columns 8 kNb kGroups from blockIdx.x's, rows from
-// blockIdx.y's, the row's stages of split blockIdx.z. kGroups column groups of kWarps warps share each
-// stage: warp w takes row group w % kWarps and columns 8 kNb ((w / kWarps) % kGroups).. of the tile. With
-// kKGroups k groups, each takes a kKGroups-th of every stage's 32-element blocks (group w / (kWarps
-// kGroups)), and their sums are added in group order at the end. P is the product (int8 or f16):
-// P::Stage<W> its stage layout, P::load_x<W, kCols, kThreads> its x loader and P::math<W, kNb, kCols,
-// kKGroups> its stage arithmetic.
+// A thread block's part of a staged product: columns c0.. (cols of them, a multiple of 8, at most 8 kNb
+// kGroups), rows from blockIdx.y's, the row's stages of split blockIdx.z. kGroups column groups of kWarps
+// warps share each stage: warp w takes row group w % kWarps and columns 8 kNb ((w / kWarps) % kGroups)..
+// of the tile. With kKGroups k groups, each takes a kKGroups-th of every stage's 32-element blocks (group
+// w / (kWarps kGroups)), and their sums are added in group order at the end. P is the product (int8 or
+// f16): P::Stage<W> its stage layout, P::load_x<W, kCols, kThreads> its x loader and P::math<W, kNb,
+// kCols, kKGroups> its stage arithmetic.
 template <class P, class W, int kNb, int kGroups, int kKGroups, int kStages, class Args>
-__device__ __forceinline__ void staged_block(const Args& a) {
+__device__ __forceinline__ void staged_block(const Args& a, int c0, int cols) {
     using S = typename P::template Stage<W>;
     constexpr int kCols = 8 * kNb * kGroups, kStageBytes = S::bytes(kCols);
     constexpr int kPerGroup = staged_threads(kGroups, 1), kThreads = staged_threads(kGroups, kKGroups);
@@ -336,7 +363,7 @@ __device__ __forceinline__ void staged_block(const Args& a) {
                   "the k groups' sums must fit where the stages were");
     extern __shared__ __align__(16) uint8_t smem[];
     release_next();
-    const int c0 = int(blockIdx.x) * kCols, rb = int(blockIdx.y) * kBlockRows, cols = min(kCols, a.nt8 - c0);
+    const int rb = int(blockIdx.y) * kBlockRows;
     const int warp = int(threadIdx.x / 32), rw = warp % kWarps, cb = warp / kWarps % kGroups * 8 * kNb;
     const int kg = warp / (kWarps * kGroups);
     const int k0 = int(blockIdx.z) * a.per_split / S::kBlocks;
@@ -354,17 +381,31 @@ __device__ __forceinline__ void staged_block(const Args& a) {
     if (kg == 0 && cb < cols) store_tiles<kNb>(a, a.part, rb + rw * kMt * 16, c0 + cb, acc);
 }
 
+// staged_block on the product's column tile blockIdx.x.
+template <class P, class W, int kNb, int kGroups, int kKGroups, int kStages, class Args>
+__device__ __forceinline__ void staged_column_tile(const Args& a) {
+    constexpr int kCols = 8 * kNb * kGroups;
+    const int c0 = int(blockIdx.x) * kCols;
+    staged_block<P, W, kNb, kGroups, kKGroups, kStages>(a, c0, min(kCols, a.nt8 - c0));
+}
+
 // Launches kKernel, a staged_block kernel of kThreads threads and kStages stages of S over tiles of
-// kCols columns: the grid's column tiles, row blocks and splits; its dynamic shared memory opted in once.
-template <auto kKernel, class S, int kCols, int kThreads, int kStages, class Args>
-void launch_staged_block(const char* what, const Args& a, int splits, Stream s) {
+// kCols columns, on `grid`; its dynamic shared memory opted in once.
+template <auto kKernel, class S, int kCols, int kThreads, int kStages, class... Args>
+void launch_staged_grid(const char* what, dim3 grid, Stream s, const Args&... args) {
     constexpr int kBytes = kStages * S::bytes(kCols);
     static const cudaError_t opt_in =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     MINFER_CUDA_CHECK(opt_in);
+    launch(what, kKernel, grid, dim3(kThreads), size_t(kBytes), s, args...);
+}
+
+// launch_staged_grid on the product's grid: its column tiles, row blocks and splits.
+template <auto kKernel, class S, int kCols, int kThreads, int kStages, class Args>
+void launch_staged_block(const char* what, const Args& a, int splits, Stream s) {
     const dim3 grid(unsigned((a.nt8 + kCols - 1) / kCols), unsigned((a.n_out + kBlockRows - 1) / kBlockRows),
                     unsigned(splits));
-    launch(what, kKernel, grid, dim3(kThreads), size_t(kBytes), s, a);
+    launch_staged_grid<kKernel, S, kCols, kThreads, kStages>(what, grid, s, a);
 }
 
 struct Layout {
@@ -384,11 +425,13 @@ inline Layout layout_of(GgmlType t) {
             return {32, Block32<true>::kBytes, WeightStage<Block32<true>>::kBlocks};
         case GgmlType::Q4_0:
             return {32, Block32<false>::kBytes, WeightStage<Block32<false>>::kBlocks};
+        case GgmlType::IQ4_NL:
+            return {32, NL32<false>::kBytes, WeightStage<NL32<false>>::kBlocks};
+        case GgmlType::MXFP4:
+            return {32, NL32<true>::kBytes, WeightStage<NL32<true>>::kBlocks};
         case GgmlType::Q2_K:
         case GgmlType::Q3_K:
-        case GgmlType::IQ4_NL:
         case GgmlType::IQ4_XS:
-        case GgmlType::MXFP4:
             throw Error(std::string("CUDA matmul_mma: no tensor-core product for the low-bit type ") +
                         ggml_type_name(t) + " (mma_fits refuses it)");
         default:

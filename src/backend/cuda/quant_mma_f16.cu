@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, kPerSm) f16_streamk_kernel(F16Args a
 // Grid: column tiles, row blocks, splits (staged_block, as the int8 staged kernel).
 template <class W, int kStages, int kPerSm>
 __global__ void __launch_bounds__(kThreads, kPerSm) f16_split_kernel(F16Args a) {
-    staged_block<F16Product, W, kNb, 1, kKGroups, kStages>(a);
+    staged_column_tile<F16Product, W, kNb, 1, kKGroups, kStages>(a);
 }
 
 template <class W>
