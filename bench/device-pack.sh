@@ -5,7 +5,9 @@
 # DATA_MODELS names (default the Q4_K_M ones) of $MINFER_TEST_DATA (default ../shared) as shared/. One xz
 # stream with a 128 MiB dictionary: the binaries share their CUDA code, so four of them pack to about
 # 13 MB (48 MB with xz's default 8 MiB).
-# The device receives at most 64 MiB with the working tree (about 12 MB). bench/device-run.sh unpacks.
+# The device receives at most 64 MiB with the working tree (about 42 MB, counted as a tar of the files):
+# minfer, minfer-synth and test_cuda pack to about 22 MB, which leaves room for a llama.cpp kit trimmed
+# by bench/peer-trim.sh (SERVER=0) but not for test_engine beside both. bench/device-run.sh unpacks.
 # Usage: bench/device-pack.sh minfer minfer-synth test_cuda test_engine bench_cuda_mma
 set -euo pipefail
 DIR=${DIR:-carry} BUILD=${BUILD:-build}

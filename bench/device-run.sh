@@ -19,7 +19,8 @@
 #            libminfer_cuda_timeline.so packed beside bin/minfer
 #   peer     nothing: starts llama.cpp's build (carry/peer) for compare or serve in a later call
 #   compare  bench/cuda-batched-compare.sh (MODELS, default qwen2.5-7b:Q4_K_M) against llama.cpp, whose
-#            build from carry/peer (../shared/tools/llamacpp-src) starts with the call
+#            build from carry/peer (../shared/tools/llamacpp-src; bench/peer-trim.sh shrinks it) starts
+#            with the call
 #   prefill  every bin/minfer* : bench -p P -n 0 for each P of PP (default 512,4096) on each BATCH_MODELS
 #            file, with SWITCH (default MINFER_NO_HALF_WEIGHTS: the GEMM's half weight copies) 0 and 1
 #   peerpp   llama-bench -p P -n 0 -r 3 -ngl 99 of compare's build for each P of PP on each BATCH_MODELS file
