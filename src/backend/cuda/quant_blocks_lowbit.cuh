@@ -68,12 +68,12 @@ struct MXFP4Table {
 // The same tables unbiased, their entries as signed bytes (the int8 tensor cores' levels, quant_mma.cu).
 template <const int8_t (&kLevels)[16]>
 struct SignedTable {
-    static constexpr int kBias = 0;
     static constexpr uint32_t kW0 = table_word(kLevels, 0, 0), kW1 = table_word(kLevels, 0, 1),
                               kW2 = table_word(kLevels, 0, 2), kW3 = table_word(kLevels, 0, 3);
 };
 static_assert(IQ4Table::kW0 == 0x3F2D1801u && IQ4Table::kW3 == 0xF1D9C5B5u);
 static_assert(MXFP4Table::kW1 == 0x18141210u && MXFP4Table::kW3 == 0x00040608u);
+static_assert(SignedTable<kMXFP4Levels>::kW1 == 0x0C080604u && SignedTable<kMXFP4Levels>::kW3 == 0xF4F8FAFCu);
 
 // Table T's entries of the eight nibbles of w (llama.cpp's get_int_from_table_16): x holds those of the
 // low nibbles of bytes 0..3, y those of the high nibbles. Each permute selects with the three low bits of
